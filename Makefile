@@ -1,0 +1,22 @@
+# The two commands of the README, plus the benchmarks. Every target runs the (idempotent) set-up first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+REPORT_DIR ?= report
+
+.PHONY: setup test certify bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+certify: setup
+	$(VENV)/bin/crashproof certify
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .hypothesis

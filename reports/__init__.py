@@ -1,0 +1,1 @@
+"""Turning a run's JSON transcript into human and machine formats."""

@@ -1,0 +1,1 @@
+"""Scenarios as data, and the matrix expansion scenario × barrier × fault × hit."""

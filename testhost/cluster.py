@@ -1,0 +1,144 @@
+"""A throwaway PostgreSQL cluster: copied from a cached template, run as the server user, crashable."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+
+from .components import PostgresInstall
+from .errors import ClusterStartFailed, PortInUse
+from .ports import LOOPBACK, choose
+from .processes import die_with_parent, kill_tree
+from .workspace import Workspace
+
+READY_TIMEOUT = 60.0
+
+
+class Cluster:
+    """One data directory and the postmaster serving it on a loopback port."""
+
+    def __init__(self, workspace: Workspace, install: PostgresInstall, directory: Path, *,
+                 port: int | None = None, environment: dict[str, str] | None = None,
+                 tie_to_parent: bool = True):
+        self.workspace = workspace
+        self.install = workspace.usable_install(install)
+        self.directory = directory
+        self.datadir = directory / "data"
+        self.log_path = directory / "postgres.log"
+        self.port = choose(port, "PostgreSQL")
+        self.environment = dict(environment or {})
+        self.tie_to_parent = tie_to_parent
+        self._process: subprocess.Popen | None = None
+        self.pid: int | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    def create(self) -> "Cluster":
+        template = self.workspace.template(self.install)
+        # cp -a keeps ownership and modes; the data directory must be 0700 and owned by the server user.
+        subprocess.run(["cp", "-a", str(template), str(self.datadir)], check=True)
+        (self.datadir / ".crashproof-ready").unlink(missing_ok=True)
+        return self
+
+    def start(self, timeout: float = READY_TIMEOUT) -> "Cluster":
+        if self.running:
+            return self
+        user = self.workspace.user
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C", **self.environment}
+        log = open(self.log_path, "ab")
+        start_offset = log.tell()
+        try:
+            self._process = subprocess.Popen(
+                [str(self.install.tool("postgres")), "-D", str(self.datadir), "-p", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.directory,
+                user=user.uid if user.is_switch else None, group=user.gid if user.is_switch else None,
+                extra_groups=[] if user.is_switch else None, start_new_session=True,
+                preexec_fn=die_with_parent if self.tie_to_parent else None)
+        finally:
+            log.close()
+        self.pid = self._process.pid
+        self._wait_ready(timeout, start_offset)
+        return self
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _wait_ready(self, timeout: float, log_offset: int) -> None:
+        """Ready means a real connection succeeds: an open port alone may still be in crash recovery."""
+        deadline = time.monotonic() + timeout
+        last_error = "no attempt"
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                log = self._log_since(log_offset)
+                self._process = self.pid = None
+                if "Address already in use" in log:
+                    raise PortInUse(f"port {self.port} on {LOOPBACK} is in use; leave the port unset to get a free one")
+                lines = [line for line in log.splitlines() if "FATAL" in line or "ERROR" in line] or log.splitlines()
+                raise ClusterStartFailed(f"postgres exited during start-up: {(lines or ['no log'])[-1].strip()} "
+                                         f"(log: {self.log_path})")
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError as exc:
+                last_error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            time.sleep(0.01)
+        self.crash()
+        raise ClusterStartFailed(f"postgres not ready after {timeout:.0f}s: {last_error} (log: {self.log_path})")
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def crash(self) -> None:
+        """Immediate stop with no checkpoint: SIGKILL the postmaster and every backend, then reap them."""
+        if self.pid is None:
+            return
+        kill_tree(self.pid)
+        if self._process is not None:
+            self._process.wait()
+        self._process = self.pid = None
+
+    def restart(self, timeout: float = READY_TIMEOUT) -> "Cluster":
+        """Start again on the same data directory (after crash() this runs crash recovery)."""
+        if self.running:
+            self.stop()
+        return self.start(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Fast shutdown (SIGINT); falls back to crash() if the server does not go in time."""
+        if not self.running:
+            self._process = self.pid = None
+            return
+        self._process.send_signal(signal.SIGINT)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.crash()
+            return
+        self._process = self.pid = None
+
+    def destroy(self) -> None:
+        if self.pid is not None:
+            self.crash()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    # -- access ------------------------------------------------------------------------------------
+
+    def dsn(self, user: str = "postgres", dbname: str = "postgres", **extra: str) -> str:
+        parts = {"host": LOOPBACK, "port": str(self.port), "user": user, "dbname": dbname, **extra}
+        return " ".join(f"{key}={value}" for key, value in parts.items())
+
+    def server_version(self) -> str:
+        with psycopg.connect(self.dsn()) as conn:
+            return conn.execute("show server_version").fetchone()[0]

@@ -1,0 +1,100 @@
+"""Process helpers: children by /proc, tree kills, waiting for pids that are not our children."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process that started it dies.
+
+    Runs after subprocess has switched user, so the setting survives the credential change.
+    """
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm may hold spaces or parentheses; the fields after the last ')' are fixed.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def is_alive(pid: int) -> bool:
+    """True while pid exists and is not a zombie (a zombie holds no resources we care about)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of pid, read from /proc (PostgreSQL backends call setsid(), so no group kill)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[1] == str(pid):
+                found.append(int(entry))
+    return found
+
+
+def pids_with_cwd_or_arg(marker: str) -> list[int]:
+    """Live processes whose working directory or command line contains marker (a world's directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if (marker in cwd or marker in cmdline) and is_alive(pid):
+            found.append(pid)
+    return found
+
+
+def signal_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until none of pids is alive; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    remaining = list(pids)
+    while remaining:
+        for pid in remaining:
+            try:  # reaps our own children; others are reaped by whoever adopted them
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        remaining = [pid for pid in remaining if is_alive(pid)]
+        if not remaining or time.monotonic() >= deadline:
+            break
+        time.sleep(0.005)
+    return remaining
+
+
+def kill_tree(root: int, timeout: float = 10.0) -> None:
+    """SIGKILL root and every direct child, without giving root a chance to fork more first."""
+    signal_quietly(root, signal.SIGSTOP)  # a stopped postmaster cannot start new backends
+    victims = children_of(root)
+    for pid in victims:
+        signal_quietly(pid, signal.SIGKILL)
+    signal_quietly(root, signal.SIGKILL)
+    left = wait_gone([root, *victims], timeout)
+    if left:
+        raise RuntimeError(f"processes {left} survived SIGKILL for {timeout}s")

@@ -1,0 +1,228 @@
+"""A world: one PostgreSQL cluster, its server clock, a Toxiproxy server and a proxy in front of the cluster."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from .clock import NoClock, ServerClock
+from .cluster import Cluster
+from .components import find_libfaketime, find_postgres
+from .errors import ComponentMissing, TestHostError
+from .processes import is_alive, kill_tree
+from .toxiproxy import Proxy, ToxiproxyServer
+from .workspace import Workspace
+
+# Capabilities a case may need; a world lacking one says why, and such cases are reported not-run.
+CLOCK, DB_CRASH, NETWORK = "clock", "db-crash", "network"
+
+
+@dataclass
+class Capabilities:
+    """What this world can do; each missing capability carries the reason it is missing."""
+
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return name not in self.missing
+
+    def reason(self, name: str) -> str | None:
+        return self.missing.get(name)
+
+
+class World:
+    """The embedded default world: everything started here, everything torn down on exit.
+
+    `tie_to_parent` (default) makes the servers die with this process even if it is SIGKILLed;
+    `crashproof world up` turns it off so the world outlives the command that started it.
+    """
+
+    def __init__(self, name: str = "world", *, workspace: Workspace | None = None, pg_port: int | None = None,
+                 toxiproxy_port: int | None = None, network_optional: bool = False, tie_to_parent: bool = True):
+        self.name = name
+        self.workspace = workspace or Workspace()
+        self.pg_port = pg_port
+        self.toxiproxy_port = toxiproxy_port
+        self.network_optional = network_optional
+        self.tie_to_parent = tie_to_parent
+        self.capabilities = Capabilities()
+        self.directory: Path | None = None
+        self.cluster: Cluster | None = None
+        self.clock: ServerClock | NoClock = NoClock("world not started")
+        self.toxiproxy: ToxiproxyServer | None = None
+        self.proxy: Proxy | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    def up(self) -> "World":
+        install = find_postgres()
+        libfaketime = find_libfaketime()
+        self.directory = self.workspace.new_world_dir(self.name)
+        try:
+            user = self.workspace.user
+            self.clock = ServerClock(self.directory / "clock", owner=(user.uid, user.gid) if user.is_switch else None)
+            self.cluster = Cluster(self.workspace, install, self.directory, port=self.pg_port,
+                                   environment=ServerClock.environment(libfaketime, self.clock.path),
+                                   tie_to_parent=self.tie_to_parent)
+            self.cluster.create().start()
+            self._start_network(f"127.0.0.1:{self.cluster.port}")
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _start_network(self, upstream: str) -> None:
+        try:
+            self.toxiproxy = ToxiproxyServer(self.directory, port=self.toxiproxy_port,
+                                             tie_to_parent=self.tie_to_parent).start()
+        except ComponentMissing as exc:
+            if not self.network_optional:
+                raise
+            self.capabilities.missing[NETWORK] = str(exc)
+        else:
+            self.proxy = self.toxiproxy.create_proxy("postgres", upstream)
+
+    def down(self) -> None:
+        if self.toxiproxy is not None:
+            self.toxiproxy.stop()
+        if self.cluster is not None:
+            self.cluster.crash()  # a throwaway world: no checkpoint needed on the way out
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.toxiproxy = self.proxy = self.cluster = None
+
+    def __enter__(self) -> "World":
+        return self.up()
+
+    def __exit__(self, *exc_info) -> None:
+        self.down()
+
+    # -- access ------------------------------------------------------------------------------------
+
+    def admin_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """Direct to the cluster: the verifier's connection, never cut by a fault."""
+        return self.cluster.dsn(user=user, dbname=dbname)
+
+    def proxied_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """Through the proxy: the only way the implementation under test reaches the cluster."""
+        if self.proxy is None:
+            return self.admin_dsn(dbname, user)
+        return f"host={self.proxy.host} port={self.proxy.port} user={user} dbname={dbname}"
+
+    def components(self) -> dict[str, str]:
+        found = {
+            "postgres": f"{self.cluster.server_version()} ({self.cluster.install.source}: {self.cluster.install.bindir})",
+            "toxiproxy": (f"{self.toxiproxy.version()} ({self.toxiproxy.binary})" if self.toxiproxy
+                          else f"not available: {self.capabilities.reason(NETWORK)}"),
+            "libfaketime": str(find_libfaketime()),
+            "python": platform.python_version(),
+            "psycopg": psycopg.__version__,
+            "server_user": self.workspace.user.name,
+        }
+        return found
+
+    def state(self) -> dict:
+        """What `crashproof world status|down` needs to find this world again from another process."""
+        return {
+            "name": self.name,
+            "directory": str(self.directory),
+            "postgres": {"pid": self.cluster.pid, "port": self.cluster.port, "dsn": self.admin_dsn()},
+            "toxiproxy": ({"pid": self.toxiproxy.pid, "api_port": self.toxiproxy.port,
+                           "proxied_dsn": self.proxied_dsn()} if self.toxiproxy else None),
+            "clock_file": str(self.clock.path),
+        }
+
+
+# -- detached worlds for the command line ------------------------------------------------------------
+
+def state_file(workspace: Workspace, name: str) -> Path:
+    return workspace.root / "worlds" / f"{name}.json"
+
+
+def save_state(world: World) -> Path:
+    path = state_file(world.workspace, world.name)
+    path.write_text(json.dumps(world.state(), indent=2) + "\n")
+    return path
+
+
+def load_state(workspace: Workspace, name: str) -> dict:
+    path = state_file(workspace, name)
+    if not path.exists():
+        raise TestHostError(f"no world named {name} is up (no {path}); start one with `crashproof world up`")
+    return json.loads(path.read_text())
+
+
+def teardown_state(workspace: Workspace, name: str) -> dict:
+    state = load_state(workspace, name)
+    for part in ("toxiproxy", "postgres"):
+        pid = (state.get(part) or {}).get("pid")
+        if pid and is_alive(pid):
+            kill_tree(pid)
+    shutil.rmtree(state["directory"], ignore_errors=True)
+    state_file(workspace, name).unlink()
+    return state
+
+
+def describe_state(state: dict) -> dict:
+    alive = {part: bool((state.get(part) or {}).get("pid")) and is_alive(state[part]["pid"])
+             for part in ("postgres", "toxiproxy")}
+    return {**state, "alive": alive}
+
+
+class ExternalWorld(World):
+    """An existing server given by `--dsn`: no clock control and no crash; Toxiproxy still fronts it."""
+
+    def __init__(self, dsn: str, name: str = "external", **kwargs):
+        super().__init__(name, **kwargs)
+        self.dsn = dsn
+        self.capabilities.missing[CLOCK] = "external server (--dsn): the harness cannot move its clock"
+        self.capabilities.missing[DB_CRASH] = "external server (--dsn): the harness cannot crash it"
+        self.clock = NoClock(self.capabilities.missing[CLOCK])
+
+    def up(self) -> "ExternalWorld":
+        info = conninfo_to_dict(self.dsn)
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=5):
+                pass
+        except psycopg.OperationalError as exc:
+            raise TestHostError(f"cannot connect to --dsn server: {str(exc).strip().splitlines()[-1]}") from exc
+        self.directory = self.workspace.new_world_dir(self.name)
+        try:
+            self._start_network(f"{info.get('host') or '127.0.0.1'}:{info.get('port') or 5432}")
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def admin_dsn(self, dbname: str = "postgres", user: str | None = None) -> str:
+        extra = {"dbname": dbname} | ({"user": user} if user else {})
+        return make_conninfo(self.dsn, **extra)
+
+    def proxied_dsn(self, dbname: str = "postgres", user: str | None = None) -> str:
+        if self.proxy is None:
+            return self.admin_dsn(dbname, user)
+        return make_conninfo(self.admin_dsn(dbname, user), host=self.proxy.host, port=str(self.proxy.port))
+
+    def components(self) -> dict[str, str]:
+        with psycopg.connect(self.dsn) as conn:
+            version = conn.execute("show server_version").fetchone()[0]
+        return {
+            "postgres": f"{version} (external: --dsn)",
+            "toxiproxy": (f"{self.toxiproxy.version()} ({self.toxiproxy.binary})" if self.toxiproxy
+                          else f"not available: {self.capabilities.reason(NETWORK)}"),
+            "libfaketime": f"not used: {self.capabilities.reason(CLOCK)}",
+            "python": platform.python_version(),
+            "psycopg": psycopg.__version__,
+        }
+
+
+def docker_world(**kwargs) -> World:
+    """A world whose server runs in a container through testcontainers; a clear error without an engine."""
+    from .docker_world import DockerWorld
+    return DockerWorld(**kwargs)
