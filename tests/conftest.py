@@ -27,3 +27,13 @@ def fresh_world():
     """A world of its own: for tests that crash the cluster, cut the proxy or move the clock."""
     with World("test") as own:
         yield own
+
+
+@pytest.fixture
+def store(world):
+    """A fresh database with the whole protocol schema, cloned from the world's migrated template."""
+    from testhost.store import new_store
+    fresh = new_store(world)
+    fresh.create_scope("tenant-a")
+    yield fresh
+    fresh.drop()

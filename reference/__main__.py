@@ -1,0 +1,47 @@
+"""Operator commands: apply the role recipe, migrate, validate grants, ensure history partitions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .db import Session
+from .errors import DurableError
+from .migrations import migrate
+from .roles import apply_recipe, validate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("roles", "apply the role recipe (as a superuser)"),
+                       ("migrate", "apply pending migrations (as the migration owner)"),
+                       ("validate-grants", "compare grants, row security and policies with the declared shape"),
+                       ("ensure-partitions", "create the current and next schedule_history partitions (as the owner)")):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("--dsn", required=True)
+    args = parser.parse_args(argv)
+    try:
+        session = Session(args.dsn)
+        if args.command == "roles":
+            apply_recipe(session)
+        elif args.command == "migrate":
+            for name in migrate(session):
+                print(f"applied {name}")
+        elif args.command == "ensure-partitions":
+            for row in session.all("select appsurface_durable.ensure_schedule_history_partitions() as name"):
+                print(row["name"])
+        else:
+            findings = validate(session)
+            for finding in findings:
+                print(finding)
+            print("grants exact" if not findings else f"{len(findings)} finding(s)")
+            return 1 if findings else 0
+    except DurableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

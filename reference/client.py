@@ -1,0 +1,251 @@
+"""The schedule client (the IDurableScheduleClient preview contract): create, update, delete, get, list,
+release-after-recovery. Refusals are problem results and change nothing durable."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from . import problems
+from .db import Session
+from .due import next_due
+from .evaluator import MICROSECOND, next_after
+from .migrations import require_schedule_protocol
+from .model import Generation, ScheduleSpec, ScheduleView, check
+from .roles import RUNTIME
+from .sql import query
+
+Result = ScheduleView | problems.Problem
+
+
+def _generation_params(schedule_id: uuid.UUID, generation: int, spec: ScheduleSpec, accepted_at: datetime,
+                       command_id: uuid.UUID) -> dict[str, Any]:
+    us = lambda d: d // MICROSECOND if d is not None else None  # noqa: E731
+    anchor = spec.anchor if spec.anchor is not None else (accepted_at if spec.kind == "every" else None)
+    return {
+        "schedule_id": schedule_id, "generation": generation, "schedule_kind": spec.kind, "at_utc": spec.at,
+        "after_us": us(spec.after), "every_us": us(spec.every), "anchor_utc": anchor,
+        "anchor_explicit": spec.anchor is not None, "misfire_policy": spec.misfire_policy,
+        "overlap_policy": spec.overlap_policy, "run_policy": spec.run_policy,
+        "safety_window_us": us(spec.safety_window), "target_kind": spec.target.kind,
+        "target_command": spec.target.command, "target_payload": Jsonb(spec.target.payload),
+        "accepted_at_utc": accepted_at, "command_id": command_id,
+    }
+
+
+class ScheduleClient:
+    """Schedule commands in one scope, over a connection as the runtime role."""
+
+    def __init__(self, dsn: str, scope_id: str, *, runtime_role: str = RUNTIME, runtime_version: int = 4,
+                 deadline: float = 30.0):
+        self.scope_id = scope_id
+        self.runtime_role = runtime_role
+        self.session = Session(dsn, deadline=deadline, application_name="appsurface-durable-client")
+        require_schedule_protocol(self.session, runtime_version)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "ScheduleClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def _view(self, s: Session, row: dict) -> ScheduleView:
+        gen = s.one(query("schedule", "get_generation"),
+                    {"schedule_id": row["schedule_id"], "generation": row["active_generation"]})
+        return ScheduleView(row["schedule_id"], row["lifecycle_state"], row["suspension_reason"], row["revision"],
+                            row["active_generation"], row["cursor_utc"], Generation.from_row(gen))
+
+    def get(self, schedule_id: uuid.UUID) -> Result:
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            row = s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id})
+            return self._view(s, row) if row else problems.not_found(schedule_id)
+
+    def list(self, *, include_deleted: bool = False) -> list[ScheduleView]:
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            return [self._view(s, row) for row in
+                    s.all(query("schedule", "list_definitions"), {"include_deleted": include_deleted})]
+
+    # -- commands ------------------------------------------------------------------------------------
+
+    def _begin_command(self, s: Session, command_id: uuid.UUID, kind: str,
+                       schedule_id: uuid.UUID) -> tuple[datetime, dict | None, problems.Problem | None]:
+        """Capture accepted_at_utc; a repeated command ID returns the schedule as it stands (idempotent retry)."""
+        accepted_at = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
+        seen = s.one(query("schedule", "find_command"), {"command_id": command_id})
+        if seen is not None:
+            if (seen["command_kind"], seen["schedule_id"]) != (kind, schedule_id):
+                return accepted_at, seen, problems.command_conflict(command_id)
+            return accepted_at, seen, None
+        return accepted_at, None, None
+
+    def _fences(self, s: Session) -> dict | None:
+        return s.one(query("schedule", "fences"))
+
+    def create(self, spec: ScheduleSpec, *, schedule_id: uuid.UUID | None = None,
+               command_id: uuid.UUID | None = None) -> Result:
+        refused = check(spec)
+        if refused:
+            return refused
+        schedule_id = schedule_id or uuid.uuid4()
+        command_id = command_id or uuid.uuid4()
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            accepted_at, seen, conflict = self._begin_command(s, command_id, "create", schedule_id)
+            if conflict:
+                return conflict
+            if seen:
+                return self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            fences = self._fences(s)
+            if fences is None:
+                return problems.scope_not_found(self.scope_id)
+            if s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}):
+                return problems.invalid_state(f"schedule {schedule_id} already exists; use update")
+            if spec.kind == "at" and spec.at <= accepted_at:
+                return problems.validation({"at": [f"must be after the acceptance time {accepted_at.isoformat()}"]})
+            s.execute(query("schedule", "insert_definition"),
+                      {"schedule_id": schedule_id, "accepted_at_utc": accepted_at, **fences})
+            params = _generation_params(schedule_id, 1, spec, accepted_at, command_id)
+            s.execute(query("schedule", "insert_generation"), params)
+            s.execute(query("schedule", "insert_command"),
+                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "create",
+                       "accepted_at_utc": accepted_at, "generation": 1, "revision": 1})
+            dispatch_id = s.one(query("schedule", "insert_dispatch"),
+                                {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})["dispatch_id"]
+            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            s.execute(query("schedule", "insert_timing"),
+                      {"dispatch_id": dispatch_id, "due_at_utc": next_after(view.definition.timing, accepted_at)})
+            self._history(s, schedule_id, "created", 1, {"command_id": str(command_id)})
+            return view
+
+    def update(self, schedule_id: uuid.UUID, spec: ScheduleSpec, *, expected_revision: int,
+               command_id: uuid.UUID | None = None) -> Result:
+        """A new generation; the old ones stay as they were. Also the repair for a suspended schedule."""
+        refused = check(spec)
+        if refused:
+            return refused
+        command_id = command_id or uuid.uuid4()
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            accepted_at, seen, conflict = self._begin_command(s, command_id, "update", schedule_id)
+            if conflict or seen:
+                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            dispatch, current = self._lock(s, schedule_id)
+            refused = self._refuse_change(schedule_id, current, expected_revision)
+            if refused:
+                return refused
+            if spec.kind == "at" and spec.at <= accepted_at:
+                return problems.validation({"at": [f"must be after the acceptance time {accepted_at.isoformat()}"]})
+            fences = self._fences(s)
+            generation = current["active_generation"] + 1
+            s.execute(query("schedule", "insert_generation"),
+                      _generation_params(schedule_id, generation, spec, accepted_at, command_id))
+            superseded = s.all(query("schedule", "supersede_pending"),
+                               {"schedule_id": schedule_id, "keep_generation": generation})
+            # The new generation starts at its acceptance: instants before it belong to no generation.
+            cursor = max(current["cursor_utc"], accepted_at)
+            revision = s.one(query("schedule", "advance_definition"), {
+                "schedule_id": schedule_id, "lifecycle_state": "active", "suspension_reason": None,
+                "active_generation": generation, "runtime_epoch": fences["runtime_epoch"],
+                "scope_generation": fences["scope_generation"], "cursor_utc": cursor})["revision"]
+            s.execute(query("schedule", "insert_command"),
+                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "update",
+                       "accepted_at_utc": accepted_at, "generation": generation, "revision": revision})
+            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            self._reschedule(s, dispatch, next_due(s, schedule_id, generation, view.definition.timing, cursor))
+            self._history(s, schedule_id, "updated", generation,
+                          {"command_id": str(command_id), "superseded": len(superseded),
+                           "previous_state": current["lifecycle_state"],
+                           "previous_suspension": current["suspension_reason"]})
+            return view
+
+    def delete(self, schedule_id: uuid.UUID, *, expected_revision: int,
+               command_id: uuid.UUID | None = None) -> Result:
+        """Terminal for this identity: pending occurrences are superseded, the dispatch row goes."""
+        command_id = command_id or uuid.uuid4()
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            accepted_at, seen, conflict = self._begin_command(s, command_id, "delete", schedule_id)
+            if conflict or seen:
+                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            dispatch, current = self._lock(s, schedule_id)
+            refused = self._refuse_change(schedule_id, current, expected_revision)
+            if refused:
+                return refused
+            superseded = s.all(query("schedule", "supersede_pending"), {"schedule_id": schedule_id, "keep_generation": None})
+            revision = s.one(query("schedule", "advance_definition"), {
+                "schedule_id": schedule_id, "lifecycle_state": "deleted", "suspension_reason": None,
+                "active_generation": current["active_generation"], "runtime_epoch": current["runtime_epoch"],
+                "scope_generation": current["scope_generation"], "cursor_utc": current["cursor_utc"]})["revision"]
+            s.execute(query("schedule", "insert_command"),
+                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "delete",
+                       "accepted_at_utc": accepted_at, "generation": None, "revision": revision})
+            s.execute(query("schedule", "delete_dispatch"), {"schedule_id": schedule_id})
+            self._history(s, schedule_id, "deleted", current["active_generation"],
+                          {"command_id": str(command_id), "superseded": len(superseded)})
+            return self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+
+    def release_after_recovery(self, schedule_id: uuid.UUID, *, expected_revision: int,
+                               command_id: uuid.UUID | None = None) -> Result:
+        """Release a stale-runtime-epoch suspension only; rebinds the current scope generation, cursor unchanged."""
+        command_id = command_id or uuid.uuid4()
+        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+            accepted_at, seen, conflict = self._begin_command(s, command_id, "release-after-recovery", schedule_id)
+            if conflict or seen:
+                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            dispatch, current = self._lock(s, schedule_id)
+            refused = self._refuse_change(schedule_id, current, expected_revision)
+            if refused:
+                return refused
+            if current["lifecycle_state"] != "suspended":
+                return problems.release_refused(schedule_id, "it is not suspended")
+            if current["suspension_reason"] != "runtime-epoch":
+                return problems.release_refused(
+                    schedule_id, f"it is suspended for {current['suspension_reason']}, and release applies only to a "
+                    "stale runtime epoch; repair with an update (a new generation) or delete and recreate")
+            fences = self._fences(s)
+            revision = s.one(query("schedule", "advance_definition"), {
+                "schedule_id": schedule_id, "lifecycle_state": "active", "suspension_reason": None,
+                "active_generation": current["active_generation"], "runtime_epoch": fences["runtime_epoch"],
+                "scope_generation": fences["scope_generation"], "cursor_utc": current["cursor_utc"]})["revision"]
+            s.execute(query("schedule", "insert_command"),
+                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "release-after-recovery",
+                       "accepted_at_utc": accepted_at, "generation": current["active_generation"], "revision": revision})
+            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            self._reschedule(s, dispatch, next_due(s, schedule_id, current["active_generation"], view.definition.timing,
+                                                  current["cursor_utc"]))
+            self._history(s, schedule_id, "released-after-recovery", current["active_generation"],
+                          {"command_id": str(command_id), "runtime_epoch": [current["runtime_epoch"], fences["runtime_epoch"]],
+                           "scope_generation": [current["scope_generation"], fences["scope_generation"]]})
+            return view
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _refuse_change(schedule_id: uuid.UUID, current: dict | None, expected_revision: int) -> problems.Problem | None:
+        if current is None:
+            return problems.not_found(schedule_id)
+        if current["lifecycle_state"] == "deleted":
+            return problems.deleted(schedule_id)
+        if current["revision"] != expected_revision:
+            return problems.revision_conflict(schedule_id, expected_revision, current["revision"])
+        return None
+
+    @staticmethod
+    def _lock(s: Session, schedule_id: uuid.UUID) -> tuple[dict | None, dict | None]:
+        """Lock in the processor's order, dispatch row then definition, so the two never deadlock."""
+        dispatch = s.one(query("schedule", "lock_dispatch"), {"schedule_id": schedule_id})
+        return dispatch, s.one(query("schedule", "lock_definition"), {"schedule_id": schedule_id})
+
+    @staticmethod
+    def _reschedule(s: Session, dispatch: dict, due_at: datetime | None) -> None:
+        s.execute(query("schedule", "set_due"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
+
+    @staticmethod
+    def _history(s: Session, schedule_id: uuid.UUID, event: str, generation: int | None, detail: dict) -> None:
+        s.execute(query("schedule", "record_history"),
+                  {"schedule_id": schedule_id, "event": event, "generation": generation, "detail": Jsonb(detail)})

@@ -1,0 +1,316 @@
+"""The passive processor: one bounded pass over at most `maximum_schedules` due schedules.
+
+Per schedule: (1) the dispatcher claims a payload-free dispatch row under a lease and commits;
+(2) a scoped decision transaction checks fences, evaluates (cursor, cutoff] with the cutoff from
+PostgreSQL, records the occurrence disposition and moves the cursor together; (3) when an occurrence
+may take the free slot, a scoped bridge transaction accepts its Work through the Work transaction
+writer and writes the link compare-or-return. The last transaction of the pass releases the lease.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+from psycopg.types.json import Jsonb
+
+import barriers
+
+from . import due
+from .db import Session
+from .errors import IdempotencyConflict, LeaseLost, RetriableError
+from .evaluator import Anomaly, Due, NoOp, evaluate, next_after
+from .identity import OccurrenceIdentity, canonical_instant, work_identity
+from .migrations import require_schedule_protocol
+from .model import Generation
+from .roles import RUNTIME
+from .sql import query
+from .work import WorkRequest, WorkTransactionWriter
+
+@dataclass(frozen=True)
+class ProcessRequest:
+    maximum_schedules: int = 1
+    lease_duration: timedelta = timedelta(seconds=30)
+    lease_owner: str | None = None
+
+
+@dataclass
+class ProcessCounts:
+    """What one pass did. All zero for an empty pass."""
+
+    claimed: int = 0
+    noops: int = 0
+    occurrences: int = 0
+    coalesced: int = 0
+    recovery_skipped: int = 0
+    materialized: int = 0
+    suspended: int = 0
+    fenced: int = 0
+    aborted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class CancellationToken:
+    """Set it to stop a pass before its next lease; committed facts stay committed."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass(frozen=True)
+class Claim:
+    scope_routing_id: int
+    schedule_id: uuid.UUID
+    dispatch_revision: int
+
+
+class ScheduleProcessor:
+    """Provider-specific and passive: the caller's own trigger calls process_due."""
+
+    def __init__(self, runtime_dsn: str, dispatcher_dsn: str, *, runtime_role: str = RUNTIME,
+                 runtime_version: int = 4, deadline: float = 30.0):
+        self.runtime_dsn = runtime_dsn
+        self.dispatcher_dsn = dispatcher_dsn
+        self.runtime_role = runtime_role
+        self.deadline = deadline
+        self.writer = WorkTransactionWriter()
+        self._runtime: Session | None = None
+        self._dispatcher: Session | None = None
+        require_schedule_protocol(self.runtime, runtime_version)
+
+    # Sessions are reopened after a lost connection; a retry happens only after the rollback.
+    @property
+    def runtime(self) -> Session:
+        if self._runtime is None or self._runtime.broken:
+            self._runtime = Session(self.runtime_dsn, deadline=self.deadline, application_name="appsurface-durable-runtime")
+        return self._runtime
+
+    @property
+    def dispatcher(self) -> Session:
+        if self._dispatcher is None or self._dispatcher.broken:
+            self._dispatcher = Session(self.dispatcher_dsn, deadline=self.deadline,
+                                       application_name="appsurface-durable-dispatcher")
+        return self._dispatcher
+
+    def close(self) -> None:
+        for session in (self._runtime, self._dispatcher):
+            if session is not None:
+                session.close()
+
+    def process_due(self, request: ProcessRequest = ProcessRequest(), cancel: CancellationToken | None = None) -> ProcessCounts:
+        if request.maximum_schedules < 1:
+            raise ValueError(f"maximum_schedules must be at least 1, not {request.maximum_schedules}")
+        counts = ProcessCounts()
+        owner = request.lease_owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        for _ in range(request.maximum_schedules):
+            if cancel is not None and cancel.cancelled:
+                break
+            try:
+                claim = self._claim(owner, request.lease_duration)
+            except RetriableError as exc:
+                counts.aborted += 1
+                counts.errors.append(f"claim: {exc}")
+                break
+            if claim is None:
+                break
+            counts.claimed += 1
+            try:
+                self._process(claim, counts)
+            except LeaseLost:
+                counts.fenced += 1
+            except RetriableError as exc:
+                counts.aborted += 1
+                counts.errors.append(f"{claim.schedule_id}: {exc}")
+        return counts
+
+    # -- 1. dispatcher claim ------------------------------------------------------------------------
+
+    def _claim(self, owner: str, duration: timedelta) -> Claim | None:
+        with self.dispatcher.transaction() as s:
+            row = s.one(query("schedule", "claim"), {"lease_owner": owner, "lease_duration": duration})
+            if row is not None:
+                barriers.hit("schedule-claim-before-commit", schedule_id=str(row["schedule_id"]),
+                             dispatch_revision=row["dispatch_revision"])
+        if row is None:
+            return None
+        claim = Claim(row["scope_routing_id"], row["schedule_id"], row["dispatch_revision"])
+        barriers.hit("schedule-claim-after-commit", schedule_id=str(claim.schedule_id),
+                     dispatch_revision=claim.dispatch_revision)
+        return claim
+
+    # -- 2 and 3. scoped transactions -----------------------------------------------------------------
+
+    def _scope_of(self, claim: Claim) -> str | None:
+        return self.runtime.one(query("schedule", "scope_for_routing_id"), {"routing_id": claim.scope_routing_id})["scope_id"]
+
+    def _fenced_dispatch(self, s: Session, claim: Claim) -> dict:
+        """Lock the dispatch row; the lease must still be ours (same dispatch revision) or nothing is written."""
+        dispatch = s.one(query("schedule", "lock_dispatch"), {"schedule_id": claim.schedule_id})
+        if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision or dispatch["lease_state"] != "leased":
+            raise LeaseLost(f"schedule {claim.schedule_id}: dispatch revision is no longer {claim.dispatch_revision}")
+        return dispatch
+
+    def _process(self, claim: Claim, counts: ProcessCounts) -> None:
+        scope_id = self._scope_of(claim)
+        if scope_id is None:
+            raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
+        context = {"schedule_id": str(claim.schedule_id), "dispatch_revision": claim.dispatch_revision}
+        with self.runtime.scoped(scope_id, self.runtime_role) as s:
+            bridge = self._decide(s, claim, counts)
+            barriers.hit("schedule-decision-before-commit", **context)
+        barriers.hit("schedule-decision-after-commit", **context)
+        if not bridge:
+            return
+        with self.runtime.scoped(scope_id, self.runtime_role) as s:
+            self._bridge(s, claim, scope_id, counts, context)
+            barriers.hit("schedule-bridge-before-commit", **context)
+        barriers.hit("schedule-link-after-commit", **context)
+
+    def _load(self, s: Session, claim: Claim) -> tuple[dict, dict | None, Generation | None]:
+        dispatch = self._fenced_dispatch(s, claim)
+        definition = s.one(query("schedule", "lock_definition"), {"schedule_id": claim.schedule_id})
+        if definition is None or definition["lifecycle_state"] != "active":
+            return dispatch, definition, None
+        row = s.one(query("schedule", "get_generation"),
+                    {"schedule_id": claim.schedule_id, "generation": definition["active_generation"]})
+        return dispatch, definition, Generation.from_row(row)
+
+    def _check_fences(self, s: Session, definition: dict, counts: ProcessCounts) -> bool:
+        """Runtime epoch, then scope generation. A mismatch suspends before the cursor or any Work moves."""
+        fences = s.one(query("schedule", "fences"))
+        if definition["runtime_epoch"] != fences["runtime_epoch"]:
+            reason, evidence = "runtime-epoch", {"persisted": definition["runtime_epoch"], "store": fences["runtime_epoch"]}
+        elif definition["scope_generation"] != fences["scope_generation"]:
+            reason, evidence = "scope-generation", {"persisted": definition["scope_generation"],
+                                                    "scope": fences["scope_generation"]}
+        else:
+            return True
+        self._suspend(s, definition, reason, evidence, counts)
+        return False
+
+    def _suspend(self, s: Session, definition: dict, reason: str, evidence: dict, counts: ProcessCounts) -> None:
+        s.execute(query("schedule", "advance_definition"), {
+            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", "suspension_reason": reason,
+            "active_generation": definition["active_generation"], "runtime_epoch": definition["runtime_epoch"],
+            "scope_generation": definition["scope_generation"], "cursor_utc": definition["cursor_utc"]})
+        self._history(s, definition, "suspended", {"reason": reason, **evidence})
+        counts.suspended += 1
+
+    def _decide(self, s: Session, claim: Claim, counts: ProcessCounts) -> bool:
+        """The decision transaction. Returns whether an occurrence may now bridge."""
+        dispatch, definition, generation = self._load(s, claim)
+        if generation is None or not self._check_fences(s, definition, counts):
+            self._release(s, dispatch, None)
+            return False
+        schedule_id, gen = claim.schedule_id, generation.generation
+        cutoff = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
+        cursor = definition["cursor_utc"]
+        evaluation = evaluate(generation.timing, cursor, cutoff, generation.safety_window)
+        if isinstance(evaluation, Anomaly):
+            self._suspend(s, definition, "clock-anomaly", {
+                "cursor_utc": canonical_instant(cursor), "cutoff_utc": canonical_instant(cutoff),
+                "expected_due_utc": canonical_instant(evaluation.expected_due_utc),
+                "lateness_s": evaluation.lateness.total_seconds(),
+                "safety_window_s": evaluation.safety_window.total_seconds()}, counts)
+            self._release(s, dispatch, None)
+            return False
+        if isinstance(evaluation, NoOp):
+            counts.noops += 1
+        else:
+            self._dispose(s, definition, generation, evaluation, counts)
+            s.execute(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})
+            cursor = cutoff
+        candidate = due.bridge_candidate(s, schedule_id, gen)
+        if candidate is None:
+            self._release(s, dispatch, next_after(generation.timing, cursor))
+        return candidate is not None
+
+    def _dispose(self, s: Session, definition: dict, generation: Generation, ev: Due, counts: ProcessCounts) -> None:
+        """Record what the due instants become: nominal, recovery, coalesced into the waiting slot, or skipped."""
+        schedule_id, gen = definition["schedule_id"], generation.generation
+        if ev.kind == "recovery" and generation.misfire_policy == "skip":
+            self._history(s, definition, "recovery-skipped", {
+                "first_nominal_utc": canonical_instant(ev.first_utc), "last_nominal_utc": canonical_instant(ev.last_utc),
+                "instants": ev.count})
+            counts.recovery_skipped += 1
+            return
+        if ev.kind == "recovery":
+            self._history(s, definition, "recovery-declared", {
+                "first_nominal_utc": canonical_instant(ev.first_utc), "last_nominal_utc": canonical_instant(ev.last_utc),
+                "instants": ev.count, "misfire_policy": generation.misfire_policy})
+        waiting = due.pending(s, schedule_id, gen)
+        if due.slot_busy(s, schedule_id) or waiting:
+            coalesced = next((o for o in waiting if o["occurrence_kind"] == "coalesced"), None)
+            if coalesced is None:
+                s.execute(query("schedule", "insert_occurrence"), {
+                    "schedule_id": schedule_id, "generation": gen, "occurrence_kind": "coalesced",
+                    "first_nominal_utc": ev.first_utc, "last_nominal_utc": ev.last_utc})
+            elif ev.last_utc > coalesced["last_nominal_utc"]:
+                s.execute(query("schedule", "extend_coalesced"), {
+                    "schedule_id": schedule_id, "generation": gen, "first_nominal_utc": coalesced["first_nominal_utc"],
+                    "last_nominal_utc": ev.last_utc})
+            counts.coalesced += 1
+            return
+        s.execute(query("schedule", "insert_occurrence"), {
+            "schedule_id": schedule_id, "generation": gen, "occurrence_kind": ev.kind,
+            "first_nominal_utc": ev.first_utc, "last_nominal_utc": ev.last_utc})
+        counts.occurrences += 1
+
+    def _bridge(self, s: Session, claim: Claim, scope_id: str, counts: ProcessCounts, context: dict) -> None:
+        """The bridge transaction: Work accepted through the writer, link compare-or-return, lease released."""
+        dispatch, definition, generation = self._load(s, claim)
+        if generation is None or not self._check_fences(s, definition, counts):
+            self._release(s, dispatch, None)
+            return
+        schedule_id, gen = claim.schedule_id, generation.generation
+        occurrence = due.bridge_candidate(s, schedule_id, gen)
+        if occurrence is not None:
+            identity = OccurrenceIdentity(scope_id, schedule_id, gen, occurrence["occurrence_kind"],
+                                          occurrence["first_nominal_utc"])
+            work = work_identity(identity, generation.target.command)
+            payload = {"target": generation.target.payload, "occurrence": {
+                "schedule_id": str(schedule_id), "generation": gen, "kind": occurrence["occurrence_kind"],
+                "first_nominal_utc": canonical_instant(occurrence["first_nominal_utc"]),
+                "last_nominal_utc": canonical_instant(occurrence["last_nominal_utc"])}}
+            accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,
+                                                          work.activity, payload))
+            barriers.hit("schedule-work-after-acceptance", **context, work_id=str(accepted.work_id))
+            self._link(s, identity, work)
+            counts.materialized += 1
+        self._release(s, dispatch, due.next_due(s, schedule_id, gen, generation.timing, definition["cursor_utc"]))
+
+    def _link(self, s: Session, identity: OccurrenceIdentity, work) -> None:
+        """Compare-or-return: write the exact accepted identity where no link exists, else demand an exact match."""
+        key = {"schedule_id": identity.schedule_id, "generation": identity.generation,
+               "occurrence_kind": identity.kind, "first_nominal_utc": identity.first_nominal_utc}
+        link = {"work_id": work.work_id, "work_idempotency_key": work.idempotency_key,
+                "work_command": work.command, "work_activity": work.activity}
+        if s.one(query("schedule", "link_occurrence"), {**key, **link}) is not None:
+            return
+        stored = s.one(query("schedule", "stored_link"), key)
+        if stored != link:
+            raise IdempotencyConflict(f"occurrence {identity.canonical} is linked to {stored}, not {link}")
+
+    def _release(self, s: Session, dispatch: dict, due_at: datetime | None) -> None:
+        s.execute(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"]})
+        s.execute(query("schedule", "release_timing"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
+
+    @staticmethod
+    def _history(s: Session, definition: dict, event: str, detail: dict) -> None:
+        s.execute(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], "event": event,
+                                                        "generation": definition["active_generation"],
+                                                        "detail": Jsonb(detail)})

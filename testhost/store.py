@@ -1,0 +1,107 @@
+"""Protocol stores inside a world: the role recipe once per cluster, a migrated template database, a fresh
+clone per test or case. Set-up uses the reference's migrations (the normative schema); verdicts never do."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from .world import World
+
+OWNER = "appsurface_durable_owner"
+RUNTIME = "appsurface_durable_runtime"
+DISPATCHER = "appsurface_durable_dispatcher"
+TEMPLATE = "appsurface_template"
+_counter = itertools.count(1)
+_lock = threading.Lock()
+
+
+def _prepare_template(world: World, *, upto: int | None) -> str:
+    """Create (once per world and migration target) a database with roles granted and migrations applied."""
+    from reference.db import Session
+    from reference.migrations import migrate
+    from reference.roles import apply_recipe
+
+    name = TEMPLATE if upto is None else f"{TEMPLATE}_v{upto}"
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+        if admin.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            return name
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    recipe = Session(world.admin_dsn(dbname=name))
+    apply_recipe(recipe)
+    recipe.close()
+    owner = Session(world.admin_dsn(dbname=name, user=OWNER))
+    migrate(owner, upto)
+    owner.close()
+    return name
+
+
+@dataclass
+class Store:
+    """One database holding the protocol schema, with a DSN per role, direct or through the world's proxy."""
+
+    world: World
+    dbname: str
+
+    def dsn(self, user: str, *, proxied: bool = False) -> str:
+        return (self.world.proxied_dsn if proxied else self.world.admin_dsn)(dbname=self.dbname, user=user)
+
+    @property
+    def owner_dsn(self) -> str:
+        return self.dsn(OWNER)
+
+    @property
+    def runtime_dsn(self) -> str:
+        return self.dsn(RUNTIME)
+
+    @property
+    def dispatcher_dsn(self) -> str:
+        return self.dsn(DISPATCHER)
+
+    def owner(self) -> psycopg.Connection:
+        """The verifier's connection: the migration owner, direct, autocommit, sees every scope."""
+        from psycopg.rows import dict_row
+        return psycopg.connect(self.owner_dsn, autocommit=True, row_factory=dict_row)
+
+    def create_scope(self, scope_id: str) -> int:
+        with self.owner() as conn:
+            return conn.execute("select appsurface_durable.create_scope(%s) as routing_id", (scope_id,)).fetchone()["routing_id"]
+
+    def ensure_partitions(self) -> list[str]:
+        with self.owner() as conn:
+            return [r["name"] for r in conn.execute(
+                "select appsurface_durable.ensure_schedule_history_partitions() as name").fetchall()]
+
+    def drop(self) -> None:
+        with psycopg.connect(self.world.admin_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(self.dbname)))
+
+
+def new_store(world: World, *, upto: int | None = None) -> Store:
+    """A fresh database cloned from the migrated template (migrations up to `upto`, default all)."""
+    with _lock:
+        template = _prepare_template(world, upto=upto)
+        name = f"store_{os.getpid()}_{next(_counter)}"
+        with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
+    return Store(world, name)
+
+
+def empty_store(world: World) -> Store:
+    """A database with the roles granted and no migration applied."""
+    from reference.db import Session
+    from reference.roles import apply_recipe
+
+    with _lock:
+        name = f"empty_{os.getpid()}_{next(_counter)}"
+        with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    recipe = Session(world.admin_dsn(dbname=name))
+    apply_recipe(recipe)
+    recipe.close()
+    return Store(world, name)
