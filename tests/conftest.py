@@ -33,7 +33,9 @@ def fresh_world():
 def store(world):
     """A fresh database with the whole protocol schema, cloned from the world's migrated template."""
     from testhost.store import new_store
+    world.clock.reset()  # tests in a module share the world; each starts on real time
     fresh = new_store(world)
+    fresh.ensure_partitions()
     fresh.create_scope("tenant-a")
     yield fresh
     fresh.drop()

@@ -1,0 +1,355 @@
+"""The processor: bounded passes, fences first, cutoff from PostgreSQL, recovery and anomaly, QueueOne +
+RunOnce coalescing with the Work terminal callback, supersession, leases and compare-or-return."""
+
+from datetime import timedelta
+
+import pytest
+
+import barriers
+from reference import (CancellationToken, IdempotencyConflict, ProcessRequest, ScheduleClient, ScheduleProcessor,
+                       WorkRequest, WorkStore)
+from reference.identity import OccurrenceIdentity, work_identity
+from protocol_helpers import after, at, definition, drain, every, occurrences, rows, server_now
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def client(store):
+    with ScheduleClient(store.runtime_dsn, "tenant-a") as c:
+        yield c
+
+
+@pytest.fixture
+def processor(store):
+    p = ScheduleProcessor(store.runtime_dsn, store.dispatcher_dsn)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def work(store):
+    w = WorkStore(store.runtime_dsn, "tenant-a")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def barrier_sink():
+    """Install an in-process barrier sink; tests give it actions per barrier name."""
+    actions: dict[str, callable] = {}
+    hits: list[str] = []
+
+    def sink(name, context):
+        hits.append(name)
+        action = actions.pop(name, None)
+        if action:
+            action(context)
+    barriers.enable(sink)
+    yield actions, hits
+    barriers.disable()
+
+
+class Crash(Exception):
+    """Stands for the process dying at a barrier (in-process: the exception unwinds the transaction)."""
+
+
+def crash(_context):
+    raise Crash
+
+
+def works(store) -> list[dict]:
+    return rows(store, "work_items", "true order by accepted_at_utc")
+
+
+def test_empty_pass_returns_zero_counts(processor):
+    counts = processor.process_due()
+    assert counts.to_json() == {"claimed": 0, "noops": 0, "occurrences": 0, "coalesced": 0, "recovery_skipped": 0,
+                                "materialized": 0, "suspended": 0, "fenced": 0, "aborted": 0, "errors": []}
+
+
+def test_at_fires_once_with_the_deterministic_work_identity(store, client, processor, world):
+    view = client.create(at(server_now(store) + timedelta(seconds=10)))
+    assert processor.process_due().claimed == 0
+    world.clock.shift(timedelta(seconds=11))
+    counts = processor.process_due()
+    assert (counts.occurrences, counts.materialized) == (1, 1)
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["occurrence_kind"] == "nominal" and occ["state"] == "materialized"
+    assert occ["first_nominal_utc"] == view.definition.timing.at_utc
+    expected = work_identity(OccurrenceIdentity("tenant-a", view.schedule_id, 1, "nominal", occ["first_nominal_utc"]),
+                             "launch")
+    [item] = works(store)
+    assert (item["work_id"], item["idempotency_key"], item["command"], item["activity"]) == \
+           (expected.work_id, expected.idempotency_key, expected.command, expected.activity)
+    assert (occ["work_id"], occ["work_idempotency_key"], occ["work_command"], occ["work_activity"]) == \
+           (expected.work_id, expected.idempotency_key, expected.command, expected.activity)
+    world.clock.shift(timedelta(days=1))
+    assert processor.process_due().claimed == 0  # an At schedule is never due again
+
+
+def test_after_is_due_relative_to_acceptance(store, client, processor, world):
+    view = client.create(after(20))
+    world.clock.shift(timedelta(seconds=19))
+    assert processor.process_due().claimed == 0
+    world.clock.shift(timedelta(seconds=2))
+    processor.process_due()
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["first_nominal_utc"] == view.definition.accepted_at_utc + timedelta(seconds=20)
+
+
+def test_every_materializes_one_nominal_per_instant_and_moves_the_cursor_to_the_cutoff(store, client, processor, work,
+                                                                                       world):
+    view = client.create(every(60))
+    for step in range(3):
+        world.clock.shift(timedelta(seconds=60))
+        counts = processor.process_due()
+        assert counts.materialized == 1, counts
+        work.transition(works(store)[-1]["work_id"], "succeeded")
+        cursor = definition(store, view.schedule_id)["cursor_utc"]
+        assert cursor <= server_now(store)
+    occs = occurrences(store, view.schedule_id)
+    anchor = view.definition.timing.anchor_utc
+    assert [o["first_nominal_utc"] for o in occs] == [anchor + timedelta(seconds=60 * n) for n in (1, 2, 3)]
+    assert {o["occurrence_kind"] for o in occs} == {"nominal"}
+
+
+def test_maximum_schedules_bounds_a_pass(store, client, processor, world):
+    for _ in range(3):
+        client.create(every(10))
+    world.clock.shift(timedelta(seconds=11))
+    assert processor.process_due().claimed == 1
+    assert processor.process_due(ProcessRequest(maximum_schedules=5)).claimed == 2
+    with pytest.raises(ValueError):
+        processor.process_due(ProcessRequest(maximum_schedules=0))
+
+
+def test_cancellation_is_observed_before_the_next_lease_and_keeps_committed_facts(store, client, processor, world,
+                                                                                  barrier_sink):
+    actions, _ = barrier_sink
+    for _ in range(3):
+        client.create(every(10))
+    world.clock.shift(timedelta(seconds=11))
+    cancelled = CancellationToken()
+    cancelled.cancel()
+    assert processor.process_due(ProcessRequest(maximum_schedules=3), cancelled).claimed == 0
+    token = CancellationToken()
+    actions["schedule-link-after-commit"] = lambda _c: token.cancel()
+    counts = processor.process_due(ProcessRequest(maximum_schedules=3), token)
+    assert counts.claimed == 1 and counts.materialized == 1
+    assert len(works(store)) == 1
+
+
+def test_cutoff_behind_the_cursor_is_a_noop(store, client, processor, world):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    cursor = definition(store, view.schedule_id)["cursor_utc"]
+    with store.owner() as conn:  # make it claimable again, then move the clock behind the cursor
+        conn.execute("update appsurface_durable.schedule_dispatch_timing set claimable_at_utc = '-infinity'")
+    world.clock.shift(timedelta(hours=-1))
+    counts = processor.process_due()
+    assert counts.claimed == 1 and counts.noops == 1 and counts.occurrences == 0
+    assert definition(store, view.schedule_id)["cursor_utc"] == cursor
+    assert len(occurrences(store, view.schedule_id)) == 1
+
+
+def test_several_instants_in_one_pass_make_one_recovery_range(store, client, processor, world):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=60 * 5 + 1))
+    counts = processor.process_due()
+    assert counts.occurrences == 1 and counts.materialized == 1
+    [occ] = occurrences(store, view.schedule_id)
+    anchor = view.definition.timing.anchor_utc
+    assert occ["occurrence_kind"] == "recovery"
+    assert (occ["first_nominal_utc"], occ["last_nominal_utc"]) == (anchor + timedelta(minutes=1),
+                                                                    anchor + timedelta(minutes=5))
+    declared = rows(store, "schedule_history", "event = 'recovery-declared'")
+    assert declared[0]["detail"]["instants"] == 5
+
+
+def test_skip_misfire_policy_declares_the_range_without_work(store, client, processor, world):
+    view = client.create(every(60, misfire_policy="skip"))
+    world.clock.shift(timedelta(seconds=60 * 3 + 1))
+    counts = processor.process_due()
+    assert counts.recovery_skipped == 1 and counts.materialized == 0
+    assert occurrences(store, view.schedule_id) == [] and works(store) == []
+    assert definition(store, view.schedule_id)["cursor_utc"] > view.cursor_utc
+    assert rows(store, "schedule_history", "event = 'recovery-skipped'")[0]["detail"]["instants"] == 3
+
+
+def test_anomalous_jump_suspends_without_moving_the_cursor_and_update_repairs(store, client, processor, world):
+    view = client.create(every(60, safety_window=timedelta(minutes=10)))
+    world.clock.shift(timedelta(days=2))
+    store.ensure_partitions()
+    counts = processor.process_due()
+    assert counts.suspended == 1 and counts.materialized == 0
+    d = definition(store, view.schedule_id)
+    assert (d["lifecycle_state"], d["suspension_reason"], d["cursor_utc"]) == ("suspended", "clock-anomaly", view.cursor_utc)
+    evidence = rows(store, "schedule_history", "event = 'suspended'")[0]["detail"]
+    assert evidence["reason"] == "clock-anomaly" and evidence["safety_window_s"] == 600
+    assert processor.process_due().claimed == 0  # a suspended schedule is not due
+    refused = client.release_after_recovery(view.schedule_id, expected_revision=d["revision"])
+    assert refused.type.endswith("release-refused")
+    repaired = client.update(view.schedule_id, every(60), expected_revision=d["revision"])
+    assert repaired.lifecycle_state == "active" and repaired.cursor_utc > view.cursor_utc
+    world.clock.shift(timedelta(seconds=61))
+    assert processor.process_due().materialized == 1
+
+
+def test_runtime_epoch_fence_suspends_then_release_after_recovery(store, client, processor, world):
+    view = client.create(every(60))
+    with store.owner() as conn:
+        conn.execute("select appsurface_durable.advance_runtime_epoch()")
+    world.clock.shift(timedelta(seconds=61))
+    counts = processor.process_due()
+    assert counts.suspended == 1 and counts.occurrences == 0 and works(store) == []
+    d = definition(store, view.schedule_id)
+    assert d["suspension_reason"] == "runtime-epoch" and d["cursor_utc"] == view.cursor_utc
+    released = client.release_after_recovery(view.schedule_id, expected_revision=d["revision"])
+    assert released.lifecycle_state == "active" and released.cursor_utc == view.cursor_utc
+    assert definition(store, view.schedule_id)["runtime_epoch"] == 2
+    assert processor.process_due().materialized == 1
+
+
+def test_scope_generation_fence_needs_an_update(store, client, processor, world):
+    view = client.create(every(60))
+    with store.owner() as conn:
+        conn.execute("select appsurface_durable.advance_scope_generation('tenant-a')")
+    world.clock.shift(timedelta(seconds=61))
+    assert processor.process_due().suspended == 1
+    d = definition(store, view.schedule_id)
+    assert d["suspension_reason"] == "scope-generation"
+    refused = client.release_after_recovery(view.schedule_id, expected_revision=d["revision"])
+    assert refused.type.endswith("release-refused") and "scope-generation" in refused.detail
+    repaired = client.update(view.schedule_id, every(60), expected_revision=d["revision"])
+    assert definition(store, view.schedule_id)["scope_generation"] == 2 and repaired.active_generation == 2
+
+
+def test_release_refused_for_an_active_schedule(store, client):
+    view = client.create(every(60))
+    refused = client.release_after_recovery(view.schedule_id, expected_revision=view.revision)
+    assert refused.type.endswith("release-refused") and "not suspended" in refused.detail
+
+
+@pytest.mark.parametrize("held_state", ["running", "retrying", "suspended"])
+def test_coalescing_and_only_terminal_work_releases_the_slot(store, client, processor, work, world, held_state):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    [first] = works(store)
+    work.transition(first["work_id"], held_state)
+    for _ in range(3):  # three more instants while the slot is held: one pending coalesced occurrence
+        world.clock.shift(timedelta(seconds=60))
+        counts = processor.process_due()
+        assert counts.coalesced == 1 and counts.materialized == 0
+    occs = occurrences(store, view.schedule_id)
+    coalesced = [o for o in occs if o["occurrence_kind"] == "coalesced"]
+    assert len(coalesced) == 1 and coalesced[0]["state"] == "pending"
+    anchor = view.definition.timing.anchor_utc
+    assert (coalesced[0]["first_nominal_utc"], coalesced[0]["last_nominal_utc"]) == (
+        anchor + timedelta(minutes=2), anchor + timedelta(minutes=4))
+    assert processor.process_due().claimed == 0  # nonterminal Work released nothing
+    work.transition(first["work_id"], "succeeded")
+    assert rows(store, "schedule_history", "event = 'requeued-after-work-terminal'")
+    counts = processor.process_due()  # no clock move: materialized without waiting for another interval
+    assert counts.materialized == 1
+    assert [o["state"] for o in occurrences(store, view.schedule_id) if o["occurrence_kind"] == "coalesced"] == ["materialized"]
+    assert len(works(store)) == 2
+
+
+def test_generation_update_supersedes_unstarted_but_started_work_keeps_the_slot(store, client, processor, work, world):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    world.clock.shift(timedelta(seconds=60))
+    processor.process_due()  # the slot is held: a pending coalesced occurrence in generation 1
+    updated = client.update(view.schedule_id, every(30), expected_revision=view.revision)
+    states = {(o["generation"], o["occurrence_kind"]): o["state"] for o in occurrences(store, view.schedule_id)}
+    assert states == {(1, "nominal"): "materialized", (1, "coalesced"): "superseded"}
+    world.clock.shift(timedelta(seconds=31))
+    counts = processor.process_due()
+    assert counts.coalesced == 1 and counts.materialized == 0  # generation 1's Work still holds the slot
+    work.transition(works(store)[0]["work_id"], "failed")
+    assert processor.process_due().materialized == 1
+    gen2 = [o for o in occurrences(store, view.schedule_id) if o["generation"] == 2]
+    assert [(o["occurrence_kind"], o["state"]) for o in gen2] == [("coalesced", "materialized")]
+    assert updated.active_generation == 2
+
+
+def test_delete_supersedes_pending_and_stops_processing(store, client, processor, world, barrier_sink):
+    actions, _ = barrier_sink
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    actions["schedule-decision-after-commit"] = crash
+    with pytest.raises(Crash):
+        processor.process_due()
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["state"] == "pending"
+    client.delete(view.schedule_id, expected_revision=view.revision)
+    assert occurrences(store, view.schedule_id)[0]["state"] == "superseded"
+    world.clock.shift(LEASE + timedelta(seconds=1))
+    assert processor.process_due().claimed == 0 and works(store) == []
+
+
+def test_crash_before_decision_commit_leaves_nothing_and_a_retry_decides_once(store, client, processor, world,
+                                                                              barrier_sink):
+    actions, _ = barrier_sink
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    actions["schedule-decision-before-commit"] = crash
+    with pytest.raises(Crash):
+        processor.process_due()
+    assert occurrences(store, view.schedule_id) == []
+    assert definition(store, view.schedule_id)["cursor_utc"] == view.cursor_utc
+    world.clock.shift(LEASE + timedelta(seconds=1))
+    drain(processor)
+    assert len(occurrences(store, view.schedule_id)) == 1 and len(works(store)) == 1
+
+
+def test_crash_before_bridge_commit_then_retry_returns_the_same_identity(store, client, processor, world, barrier_sink):
+    actions, hits = barrier_sink
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    actions["schedule-bridge-before-commit"] = crash
+    with pytest.raises(Crash):
+        processor.process_due()
+    assert "schedule-work-after-acceptance" in hits
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["state"] == "pending" and works(store) == []
+    world.clock.shift(LEASE + timedelta(seconds=1))
+    drain(processor)
+    [occ] = occurrences(store, view.schedule_id)
+    expected = work_identity(OccurrenceIdentity("tenant-a", view.schedule_id, 1, "nominal", occ["first_nominal_utc"]),
+                             "send-report")
+    assert occ["work_id"] == expected.work_id and [w["work_id"] for w in works(store)] == [expected.work_id]
+
+
+def test_paused_processor_is_fenced_after_another_takes_over(store, client, world, barrier_sink):
+    actions, _ = barrier_sink
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    first = ScheduleProcessor(store.runtime_dsn, store.dispatcher_dsn)
+    second = ScheduleProcessor(store.runtime_dsn, store.dispatcher_dsn)
+
+    def paused_past_the_lease(_context):
+        world.clock.shift(LEASE + timedelta(seconds=1))
+        assert second.process_due().materialized == 1
+    actions["schedule-claim-after-commit"] = paused_past_the_lease
+    counts = first.process_due()
+    assert counts.fenced == 1 and counts.materialized == 0
+    assert len(works(store)) == 1 and len(occurrences(store, view.schedule_id)) == 1
+    first.close()
+    second.close()
+
+
+def test_link_mismatch_is_an_idempotency_conflict_and_commits_nothing(store, client, processor, work, world):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    first = view.definition.timing.anchor_utc + timedelta(seconds=60)
+    identity = work_identity(OccurrenceIdentity("tenant-a", view.schedule_id, 1, "nominal", first), "send-report")
+    work.enqueue(WorkRequest(identity.work_id, identity.idempotency_key, "another-command", identity.activity, {}))
+    with pytest.raises(IdempotencyConflict):
+        processor.process_due()
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["state"] == "pending" and occ["work_id"] is None
