@@ -61,3 +61,18 @@ def drain(processor: reference.ScheduleProcessor, maximum: int = 64, passes: int
 
 
 UTC = timezone.utc
+
+
+def race_worker(runtime_dsn: str, dispatcher_dsn: str, start, results) -> None:
+    """One racing processor process: passes until one claims nothing; reports its totals."""
+    processor = reference.ScheduleProcessor(runtime_dsn, dispatcher_dsn)
+    start.wait()
+    totals = {"claimed": 0, "materialized": 0, "fenced": 0, "aborted": 0}
+    while True:
+        counts = processor.process_due(reference.ProcessRequest(maximum_schedules=16))
+        for key in totals:
+            totals[key] += getattr(counts, key)
+        if counts.claimed == 0:
+            break
+    processor.close()
+    results.put(totals)

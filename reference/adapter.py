@@ -1,0 +1,161 @@
+"""The reference's adapter: newline-delimited JSON on stdin/stdout, as the TestHost speaks it.
+
+Start: `python -m reference.adapter`. Environment: CRASHPROOF_RUNTIME_DSN, CRASHPROOF_DISPATCHER_DSN,
+CRASHPROOF_SCOPE (default "tenant-a") and CRASHPROOF_BARRIERS ("stdio" to report barriers on this channel
+and wait for the host's reply; unset: barriers are off). Every response's outcome is "ok", "fail"
+(definitely not applied) or "unknown" (may or may not have been applied).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Callable, TextIO
+
+import barriers
+
+from . import ScheduleClient, ScheduleProcessor, WorkStore
+from .errors import CommitOutcomeUnknown, DurableError
+from .model import ScheduleSpec, ScheduleView, Target
+from .problems import Problem
+from .processor import ProcessRequest
+
+PROTOCOL_VERSION = 1
+OPERATIONS = ("process-due", "create", "update", "delete", "get", "release-after-recovery", "complete-work")
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return timedelta(seconds=value) if value is not None else None
+
+
+def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
+    target = data.get("target", {})
+    optional = {key: data[key] for key in ("misfire_policy", "overlap_policy", "run_policy") if key in data}
+    if "safety_window_s" in data:
+        optional["safety_window"] = _seconds(data["safety_window_s"])
+    return ScheduleSpec(kind=data.get("kind", ""), at=_time(data.get("at")), after=_seconds(data.get("after_s")),
+                        every=_seconds(data.get("every_s")), anchor=_time(data.get("anchor")), cron=data.get("cron"),
+                        target=Target(target.get("command", ""), target.get("payload", {}), target.get("kind", "work")),
+                        **optional)
+
+
+class Adapter:
+    """Reads requests, runs them against the reference, writes responses (and barrier hits) as JSON lines."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO, env: dict[str, str]):
+        self.stdin, self.stdout = stdin, stdout
+        self.scope = env.get("CRASHPROOF_SCOPE", "tenant-a")
+        self.runtime_dsn = env["CRASHPROOF_RUNTIME_DSN"]
+        self.dispatcher_dsn = env["CRASHPROOF_DISPATCHER_DSN"]
+        self._client: ScheduleClient | None = None
+        self._processor: ScheduleProcessor | None = None
+        self._work: WorkStore | None = None
+        if env.get("CRASHPROOF_BARRIERS") == "stdio":
+            barriers.enable(self._barrier)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.stdout.write(json.dumps(message, default=str) + "\n")
+        self.stdout.flush()
+
+    def _barrier(self, name: str, context: dict[str, Any]) -> None:
+        """Report the hit and block until the host answers; the host may kill us meanwhile."""
+        self.send({"type": "barrier", "name": name, "context": context})
+        line = self.stdin.readline()
+        if not line:
+            raise SystemExit(0)
+        reply = json.loads(line)
+        if reply.get("type") != "barrier-reply":
+            raise SystemExit(f"expected a barrier-reply, got {reply!r}")
+
+    @property
+    def client(self) -> ScheduleClient:
+        if self._client is None or self._client.session.broken:
+            self._client = ScheduleClient(self.runtime_dsn, self.scope)
+        return self._client
+
+    @property
+    def processor(self) -> ScheduleProcessor:
+        if self._processor is None:
+            self._processor = ScheduleProcessor(self.runtime_dsn, self.dispatcher_dsn)
+        return self._processor
+
+    @property
+    def work(self) -> WorkStore:
+        if self._work is None or self._work.session.broken:
+            self._work = WorkStore(self.runtime_dsn, self.scope)
+        return self._work
+
+    def handle(self, op: str, args: dict[str, Any]) -> Any:
+        handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "process-due": lambda a: self.processor.process_due(ProcessRequest(
+                maximum_schedules=a.get("maximum_schedules", 1),
+                lease_duration=timedelta(seconds=a.get("lease_seconds", 30)),
+                lease_owner=a.get("lease_owner"))).to_json(),
+            "create": lambda a: self.client.create(
+                spec_from_json(a["spec"]), schedule_id=uuid.UUID(a["schedule_id"]) if a.get("schedule_id") else None,
+                command_id=uuid.UUID(a["command_id"]) if a.get("command_id") else None),
+            "update": lambda a: self.client.update(uuid.UUID(a["schedule_id"]), spec_from_json(a["spec"]),
+                                                   expected_revision=a["expected_revision"]),
+            "delete": lambda a: self.client.delete(uuid.UUID(a["schedule_id"]), expected_revision=a["expected_revision"]),
+            "get": lambda a: self.client.get(uuid.UUID(a["schedule_id"])),
+            "release-after-recovery": lambda a: self.client.release_after_recovery(
+                uuid.UUID(a["schedule_id"]), expected_revision=a["expected_revision"]),
+            "complete-work": lambda a: self.work.transition(uuid.UUID(a["work_id"]), a["state"]),
+        }
+        if op not in handlers:
+            raise KeyError(op)
+        return handlers[op](args)
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        request_id = request.get("id")
+        try:
+            value = self.handle(request.get("op", ""), request.get("args") or {})
+        except KeyError as exc:
+            return {"type": "response", "id": request_id, "outcome": "fail",
+                    "error": {"kind": "unknown-operation", "message": f"no operation or argument {exc}"}}
+        except CommitOutcomeUnknown as exc:
+            return {"type": "response", "id": request_id, "outcome": "unknown",
+                    "error": {"kind": type(exc).__name__, "message": str(exc), "retriable": True}}
+        except DurableError as exc:  # the transaction was rolled back: definitely not applied
+            return {"type": "response", "id": request_id, "outcome": "fail",
+                    "error": {"kind": type(exc).__name__, "message": str(exc), "retriable": exc.retriable}}
+        except (ValueError, TypeError) as exc:
+            return {"type": "response", "id": request_id, "outcome": "fail",
+                    "error": {"kind": "bad-arguments", "message": str(exc)}}
+        if isinstance(value, Problem):
+            return {"type": "response", "id": request_id, "outcome": "fail", "problem": value.to_json()}
+        if isinstance(value, ScheduleView):
+            value = value.to_json()
+        return {"type": "response", "id": request_id, "outcome": "ok", "value": value}
+
+    def run(self) -> int:
+        self.send({"type": "hello", "protocol": PROTOCOL_VERSION, "implementation": "crashproof-reference",
+                   "operations": list(OPERATIONS)})
+        for line in self.stdin:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except json.JSONDecodeError as exc:
+                self.send({"type": "response", "id": None, "outcome": "fail",
+                           "error": {"kind": "bad-json", "message": str(exc)}})
+                continue
+            if request.get("type") == "shutdown":
+                break
+            self.send(self.respond(request))
+        return 0
+
+
+def main() -> int:
+    return Adapter(sys.stdin, sys.stdout, dict(os.environ)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The barrier hook: free when off, strict when on, and every catalogued barrier reachable by the reference."""
+
+import ast
+import pathlib
+
+import pytest
+
+import barriers
+
+REFERENCE = pathlib.Path(__file__).parent.parent / "reference"
+
+
+def test_off_by_default_even_for_unknown_names():
+    barriers.disable()
+    barriers.hit("no-such-barrier", x=1)  # no sink: nothing happens, nothing raised
+
+
+def test_unknown_name_is_an_error_when_enabled():
+    barriers.enable(lambda name, context: None)
+    try:
+        with pytest.raises(barriers.UnknownBarrier):
+            barriers.hit("no-such-barrier")
+    finally:
+        barriers.disable()
+
+
+def _hit_names() -> set[str]:
+    names = set()
+    for path in REFERENCE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "hit"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "barriers"):
+                assert isinstance(node.args[0], ast.Constant), f"{path}: barrier names must be literals"
+                names.add(node.args[0].value)
+    return names
+
+
+def test_reference_hits_exactly_the_catalog():
+    assert _hit_names() == set(barriers.BY_NAME)
+
+
+def test_the_spec_names_are_in_the_catalog_verbatim():
+    assert set(barriers.SPEC_NAMES) <= set(barriers.BY_NAME)
+    assert {b.name for b in barriers.CATALOG if b.from_spec} == set(barriers.SPEC_NAMES)
