@@ -84,11 +84,19 @@ class Store:
 
 def new_store(world: World, *, upto: int | None = None) -> Store:
     """A fresh database cloned from the migrated template (migrations up to `upto`, default all)."""
+    from reference.db import Session
+    from reference.roles import apply_recipe
+
     with _lock:
         template = _prepare_template(world, upto=upto)
         name = f"store_{os.getpid()}_{next(_counter)}"
         with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
+    # A clone does not inherit the template's database-level grants (pg_database.datacl): without the
+    # recipe the owner lacks CREATE on the database and the migration runner's bootstrap fails there.
+    recipe = Session(world.admin_dsn(dbname=name))
+    apply_recipe(recipe)
+    recipe.close()
     return Store(world, name)
 
 
