@@ -353,3 +353,47 @@ def test_link_mismatch_is_an_idempotency_conflict_and_commits_nothing(store, cli
         processor.process_due()
     [occ] = occurrences(store, view.schedule_id)
     assert occ["state"] == "pending" and occ["work_id"] is None
+
+
+def test_work_samples_its_own_clock_and_the_processor_never_waits_for_it(store, client, processor, world):
+    view = client.create(after(5))
+    world.clock.shift(timedelta(seconds=30))
+    counts = processor.process_due()
+    assert counts.materialized == 1
+    [item] = works(store)
+    assert item["state"] == "pending"  # the pass returned without waiting for the Work
+    [occ] = occurrences(store, view.schedule_id)
+    # the occurrence comes from the generation's acceptance, not from the Work's own clock_timestamp()
+    assert occ["first_nominal_utc"] == view.definition.accepted_at_utc + timedelta(seconds=5)
+    assert item["accepted_at_utc"] > occ["first_nominal_utc"] + timedelta(seconds=20)
+
+
+def test_the_schema_reserves_seven_states_and_gate_a_writes_three(store, client, processor, work, world):
+    with store.owner() as conn:
+        check = conn.execute(
+            "select pg_get_constraintdef(oid) as def from pg_constraint "
+            "where conrelid = 'appsurface_durable.schedule_occurrences'::regclass and contype = 'c' "
+            "and pg_get_constraintdef(oid) like '%%state%%pending%%'").fetchone()["def"]
+    for state in ("pending", "claimed", "materialized", "skipped", "superseded", "canceled", "suspended"):
+        assert f"'{state}'" in check
+    view = client.create(every(60))
+    for _ in range(3):
+        world.clock.shift(timedelta(seconds=61))
+        processor.process_due()
+    client.update(view.schedule_id, every(60), expected_revision=view.revision)
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    work.transition(works(store)[0]["work_id"], "succeeded")
+    drain(processor)
+    written = {o["state"] for o in rows(store, "schedule_occurrences")}
+    assert written <= {"pending", "materialized", "superseded"}
+    assert {"superseded", "materialized"} <= written
+
+
+def test_definition_row_records_lifecycle_revision_generation_fences_and_cursor(store, client):
+    view = client.create(every(60))
+    row = definition(store, view.schedule_id)
+    assert {"lifecycle_state", "revision", "active_generation", "runtime_epoch", "scope_generation",
+            "cursor_utc"} <= set(row)
+    assert (row["lifecycle_state"], row["revision"], row["active_generation"], row["runtime_epoch"],
+            row["scope_generation"]) == ("active", 1, 1, 1, 1)
