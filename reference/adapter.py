@@ -1,8 +1,9 @@
 """The reference's adapter: newline-delimited JSON on stdin/stdout, as the TestHost speaks it.
 
 Start: `python -m reference.adapter`. Environment: CRASHPROOF_RUNTIME_DSN, CRASHPROOF_DISPATCHER_DSN,
-CRASHPROOF_SCOPE (default "tenant-a") and CRASHPROOF_BARRIERS ("stdio" to report barriers on this channel
-and wait for the host's reply; unset: barriers are off). Every response's outcome is "ok", "fail"
+CRASHPROOF_SCOPE (default "tenant-a"), CRASHPROOF_DEADLINE_S (default 30) and CRASHPROOF_BARRIERS ("stdio"
+to report barriers on this channel and wait for the host's reply; unset: barriers are off); see
+barriers/PROTOCOL.md. Every response's outcome is "ok", "fail"
 (definitely not applied) or "unknown" (may or may not have been applied).
 """
 
@@ -54,6 +55,7 @@ class Adapter:
         self.scope = env.get("CRASHPROOF_SCOPE", "tenant-a")
         self.runtime_dsn = env["CRASHPROOF_RUNTIME_DSN"]
         self.dispatcher_dsn = env["CRASHPROOF_DISPATCHER_DSN"]
+        self.deadline = float(env.get("CRASHPROOF_DEADLINE_S", "30"))
         self._client: ScheduleClient | None = None
         self._processor: ScheduleProcessor | None = None
         self._work: WorkStore | None = None
@@ -77,19 +79,19 @@ class Adapter:
     @property
     def client(self) -> ScheduleClient:
         if self._client is None or self._client.session.broken:
-            self._client = ScheduleClient(self.runtime_dsn, self.scope)
+            self._client = ScheduleClient(self.runtime_dsn, self.scope, deadline=self.deadline)
         return self._client
 
     @property
     def processor(self) -> ScheduleProcessor:
         if self._processor is None:
-            self._processor = ScheduleProcessor(self.runtime_dsn, self.dispatcher_dsn)
+            self._processor = ScheduleProcessor(self.runtime_dsn, self.dispatcher_dsn, deadline=self.deadline)
         return self._processor
 
     @property
     def work(self) -> WorkStore:
         if self._work is None or self._work.session.broken:
-            self._work = WorkStore(self.runtime_dsn, self.scope)
+            self._work = WorkStore(self.runtime_dsn, self.scope, deadline=self.deadline)
         return self._work
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:

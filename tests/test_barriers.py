@@ -42,3 +42,15 @@ def test_reference_hits_exactly_the_catalog():
 def test_the_spec_names_are_in_the_catalog_verbatim():
     assert set(barriers.SPEC_NAMES) <= set(barriers.BY_NAME)
     assert {b.name for b in barriers.CATALOG if b.from_spec} == set(barriers.SPEC_NAMES)
+
+
+def test_protocol_page_is_generated_from_the_registries():
+    from barriers.render import PAGE, render
+    assert PAGE.read_text() == render(), "barriers/PROTOCOL.md is stale: run `python -m barriers.render`"
+
+
+def test_reference_adapter_speaks_the_registered_operations():
+    from barriers.protocol import MANDATORY, OPERATIONS
+    from reference.adapter import OPERATIONS as REFERENCE_OPERATIONS
+    assert set(MANDATORY) <= set(REFERENCE_OPERATIONS)
+    assert set(REFERENCE_OPERATIONS) - {"get"} == {op.name for op in OPERATIONS}
