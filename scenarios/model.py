@@ -1,0 +1,141 @@
+"""Scenarios as data: TOML files of timeline steps and expectations, loaded and checked here."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any
+
+# Every case starts with the server clock set here, so explicit instants are the same in every run.
+T0 = datetime.fromisoformat("2031-03-03T00:00:00+00:00")
+SCHEDULE_NAMESPACE = uuid.UUID("6b1d3f4e-2b7c-4e0e-9a55-0c7f3e1d2a90")
+
+STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    # op -> {field: accepted types}; `schedule` names a schedule of the scenario
+    "create": {"schedule": (str,), "spec": (dict,)},
+    "update": {"schedule": (str,), "spec": (dict,)},
+    "delete": {"schedule": (str,)},
+    "release": {"schedule": (str,)},
+    "advance": {"seconds": (int, float)},
+    "process": {"maximum_schedules": (int,), "processor": (str,)},
+    "race": {"maximum_schedules": (int,)},
+    "drain": {},
+    "complete-work": {"schedule": (str,), "nth": (int,), "state": (str,)},
+    "advance-epoch": {},
+    "advance-scope-generation": {},
+}
+REQUIRED = {"create": {"schedule", "spec"}, "update": {"schedule", "spec"}, "delete": {"schedule"},
+            "release": {"schedule"}, "advance": {"seconds"}, "complete-work": {"schedule", "state"}}
+_RELATIVE = re.compile(r"^(accepted)?([+-]\d+(?:\.\d+)?)s$")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed; the message names the file, the step and the field."""
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    args: dict[str, Any]
+    index: int
+
+    @property
+    def schedule(self) -> str | None:
+        return self.args.get("schedule")
+
+    def describe(self) -> str:
+        shown = {k: v for k, v in self.args.items() if k != "spec"}
+        return f"{self.op} {shown}" if shown else self.op
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    covers: tuple[str, ...]
+    steps: tuple[Step, ...]
+    expect: dict[str, dict[str, Any]]
+    equivalence: bool = True
+    lease_seconds: float = 2.0
+    source: str = ""
+
+    def schedule_id(self, name: str) -> uuid.UUID:
+        return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
+
+    @property
+    def schedules(self) -> list[str]:
+        return sorted({s.schedule for s in self.steps if s.op == "create"})
+
+
+def relative(value: str, accepted_at: datetime | None = None) -> datetime:
+    """"+90s" is T0 + 90 s; "accepted+5s" is the generation's acceptance + 5 s."""
+    match = _RELATIVE.match(value)
+    if not match:
+        raise ScenarioError(f"time {value!r} must look like +90s, -5s or accepted+5s")
+    base = accepted_at if match.group(1) else T0
+    if base is None:
+        raise ScenarioError(f"time {value!r} is relative to an acceptance time that is not known here")
+    return base + timedelta(seconds=float(match.group(2)))
+
+
+def spec_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
+    """A scenario spec in adapter-protocol form: relative times resolved against T0."""
+    wire = dict(spec)
+    for key in ("at", "anchor"):
+        if key in wire:
+            wire[key] = relative(wire[key]).isoformat()
+    return wire
+
+
+def parse(name: str, text: str) -> Scenario:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{name}: not valid TOML: {exc}") from None
+    steps = []
+    created: set[str] = set()
+    for index, raw in enumerate(data.get("steps", [])):
+        where = f"{name}: step {index + 1}"
+        op = raw.get("op")
+        if op not in STEP_FIELDS:
+            raise ScenarioError(f"{where}: op {op!r} is not one of {', '.join(STEP_FIELDS)}")
+        args = {k: v for k, v in raw.items() if k != "op"}
+        unknown = set(args) - set(STEP_FIELDS[op])
+        if unknown:
+            raise ScenarioError(f"{where}: {op} takes no {', '.join(sorted(unknown))}")
+        missing = REQUIRED.get(op, set()) - set(args)
+        if missing:
+            raise ScenarioError(f"{where}: {op} needs {', '.join(sorted(missing))}")
+        for key, value in args.items():
+            if not isinstance(value, STEP_FIELDS[op][key]):
+                raise ScenarioError(f"{where}: {key} has the wrong type ({type(value).__name__})")
+        if op == "create":
+            created.add(args["schedule"])
+        elif "schedule" in args and args["schedule"] not in created:
+            raise ScenarioError(f"{where}: schedule {args['schedule']!r} is used before it is created")
+        if "spec" in args:
+            for key in ("at", "anchor"):
+                if key in args["spec"]:
+                    relative(args["spec"][key])
+        steps.append(Step(op, args, index))
+    if not steps:
+        raise ScenarioError(f"{name}: no steps")
+    expect = data.get("expect", {})
+    for schedule in expect:
+        if schedule not in created:
+            raise ScenarioError(f"{name}: expectations for {schedule!r}, which no step creates")
+    return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
+                    steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
+                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text)
+
+
+def load_catalog() -> list[Scenario]:
+    found = []
+    for entry in sorted(resources.files("scenarios").joinpath("catalog").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            found.append(parse(entry.name.removesuffix(".toml"), entry.read_text()))
+    return found

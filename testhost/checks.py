@@ -1,0 +1,323 @@
+"""The checks: universal invariants of Gate A over the normative tables, each naming the spec rule it
+guards, plus the scenario's own expectations and crash equivalence. Independent of any implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+from .identity import expected_work
+from .state import StoreState
+
+TERMINAL = {"succeeded", "failed", "canceled"}
+GATE_A_STATES = {"pending", "materialized", "superseded"}
+
+
+@dataclass
+class CheckResult:
+    name: str
+    rule: str
+    ok: bool
+    evidence: list[Any] = field(default_factory=list)
+    rows: int = 0  # how many rows the check examined
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "rule": self.rule, "ok": self.ok, "rows": self.rows,
+                "evidence": [_jsonable(e) for e in self.evidence]}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _occurrence_key(o: dict) -> tuple:
+    return (o["scope_id"], o["schedule_id"], o["generation"], o["occurrence_kind"], o["first_nominal_utc"])
+
+
+Check = Callable[[StoreState], CheckResult]
+INVARIANTS: list[tuple[str, str, Check]] = []
+
+
+def invariant(name: str, rule: str):
+    def register(fn: Callable[[StoreState], tuple[list, int]]) -> Callable:
+        def run(state: StoreState) -> CheckResult:
+            evidence, rows = fn(state)
+            return CheckResult(name, rule, not evidence, evidence, rows)
+        INVARIANTS.append((name, rule, run))
+        return fn
+    return register
+
+
+@invariant("one-occurrence-per-identity",
+           "An occurrence identity is stable across processor retries: (scope_id, schedule_id, generation, kind, "
+           "first_nominal_utc).")
+def _one_occurrence(state: StoreState):
+    seen: dict[tuple, dict] = {}
+    evidence = []
+    for o in state.occurrences:
+        if _occurrence_key(o) in seen:
+            evidence.append({"duplicate": o, "first": seen[_occurrence_key(o)]})
+        seen[_occurrence_key(o)] = o
+    by_schedule: dict = {}
+    for o in state.occurrences:
+        by_schedule.setdefault(o["schedule_id"], []).append(o)
+    for occs in by_schedule.values():
+        ordered = sorted(occs, key=lambda o: (o["first_nominal_utc"], o["last_nominal_utc"]))
+        for a, b in zip(ordered, ordered[1:]):
+            if b["first_nominal_utc"] <= a["last_nominal_utc"]:
+                evidence.append({"overlapping_ranges": [a, b]})
+    return evidence, len(state.occurrences)
+
+
+@invariant("one-work-per-materialized-occurrence",
+           "A future proof must show that recovery produces one occurrence and one accepted Work identity.")
+def _one_work(state: StoreState):
+    work = state.work_by_id()
+    evidence = []
+    linked: dict = {}
+    for o in state.occurrences:
+        if o["state"] == "materialized":
+            if o["work_id"] not in work:
+                evidence.append({"materialized_without_work": o})
+            if o["work_id"] in linked:
+                evidence.append({"work_linked_twice": [linked[o["work_id"]], o]})
+            linked[o["work_id"]] = o
+        elif o["work_id"] is not None:
+            evidence.append({"unmaterialized_with_link": o})
+    for w in state.work:
+        if w["idempotency_key"].startswith("schedule-occurrence/") and w["work_id"] not in linked:
+            evidence.append({"orphan_work": w})
+    return evidence, len(state.occurrences) + len(state.work)
+
+
+@invariant("deterministic-work-identity",
+           "It uses a deterministic target command, activity, Work ID, and idempotency identity derived from the "
+           "immutable occurrence.")
+def _deterministic(state: StoreState):
+    work = state.work_by_id()
+    evidence = []
+    rows = 0
+    for o in state.occurrences:
+        if o["state"] != "materialized":
+            continue
+        rows += 1
+        generation = state.generation(o["schedule_id"], o["generation"])
+        want = expected_work(o["scope_id"], o["schedule_id"], o["generation"], o["occurrence_kind"],
+                             o["first_nominal_utc"], generation["target_command"])
+        have = work.get(o["work_id"])
+        got = {k: (have or {}).get(k) for k in want}
+        if got != want:
+            evidence.append({"occurrence": _occurrence_key(o), "expected": want, "work_row": got})
+    return evidence, rows
+
+
+@invariant("link-compare-or-return",
+           "The occurrence link is compare-or-return: if no link exists, write the exact accepted Work identity and "
+           "materialized state; otherwise return the stored tuple only when it matches exactly.")
+def _links(state: StoreState):
+    work = state.work_by_id()
+    evidence = []
+    rows = 0
+    for o in state.occurrences:
+        if o["work_id"] is None:
+            continue
+        rows += 1
+        w = work.get(o["work_id"], {})
+        link = (o["work_id"], o["work_idempotency_key"], o["work_command"], o["work_activity"])
+        row = (w.get("work_id"), w.get("idempotency_key"), w.get("command"), w.get("activity"))
+        if link != row or o["state"] != "materialized":
+            evidence.append({"occurrence": _occurrence_key(o), "link": link, "work_row": row, "state": o["state"]})
+    return evidence, rows
+
+
+@invariant("cursor-within-decisions-and-cutoff",
+           "The cursor is a durable UTC high-water mark. A processor evaluates nominal instants in "
+           "(cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL.")
+def _cursor(state: StoreState):
+    evidence = []
+    for d in state.definitions:
+        decided = [o["last_nominal_utc"] for o in state.occurrences_of(d["schedule_id"])]
+        if decided and d["cursor_utc"] < max(decided):
+            evidence.append({"cursor_behind_a_decision": d, "latest_decided_instant": max(decided)})
+        if d["cursor_utc"] > state.now:
+            evidence.append({"cursor_past_server_time": d, "server_now": state.now})
+    return evidence, len(state.definitions)
+
+
+@invariant("at-most-one-pending-coalesced",
+           "Subsequent overlapping nominal instants are represented by at most one pending coalesced occurrence.")
+def _one_coalesced(state: StoreState):
+    pending: dict = {}
+    for o in state.occurrences:
+        if o["occurrence_kind"] == "coalesced" and o["state"] == "pending":
+            pending.setdefault(o["schedule_id"], []).append(o)
+    return [{"pending_coalesced": occs} for occs in pending.values() if len(occs) > 1], len(state.occurrences)
+
+
+@invariant("queue-one-slot",
+           "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot.")
+def _slot(state: StoreState):
+    work = state.work_by_id()
+    evidence = []
+    by_schedule: dict = {}
+    for o in state.occurrences:
+        if o["state"] == "materialized":
+            by_schedule.setdefault(o["schedule_id"], []).append(o)
+    for occs in by_schedule.values():
+        occs.sort(key=lambda o: o["materialized_at_utc"])
+        open_ = [o for o in occs if work.get(o["work_id"], {}).get("state") not in TERMINAL]
+        if len(open_) > 1:
+            evidence.append({"nonterminal_work_in_one_slot": open_})
+        for earlier, later in zip(occs, occs[1:]):
+            done = work.get(earlier["work_id"], {}).get("terminal_at_utc")
+            if done is None or later["materialized_at_utc"] < done:
+                evidence.append({"materialized_while_slot_held": later, "slot_holder": earlier,
+                                 "holder_terminal_at": done})
+    return evidence, sum(len(v) for v in by_schedule.values())
+
+
+@invariant("nothing-materialized-for-superseded-or-suspended",
+           "A generation update supersedes old unstarted occurrences, but an already started old-generation target "
+           "remains durable history and continues to occupy its slot.")
+def _superseded(state: StoreState):
+    evidence = []
+    rows = 0
+    for o in state.occurrences:
+        if o["state"] != "materialized":
+            continue
+        rows += 1
+        newer = state.generation(o["schedule_id"], o["generation"] + 1)
+        if newer is not None and o["materialized_at_utc"] >= newer["accepted_at_utc"]:
+            evidence.append({"materialized_after_its_generation_was_replaced": o,
+                             "next_generation_accepted_at": newer["accepted_at_utc"]})
+    for d in state.definitions:
+        if d["lifecycle_state"] != "suspended":
+            continue
+        since = max((h["recorded_at_utc"] for h in state.history
+                     if h["schedule_id"] == d["schedule_id"] and h["event"] == "suspended"), default=None)
+        late = [o for o in state.occurrences_of(d["schedule_id"])
+                if since and o["materialized_at_utc"] and o["materialized_at_utc"] > since]
+        if late:
+            evidence.append({"materialized_while_suspended": late, "suspended_at": since})
+    return evidence, rows
+
+
+@invariant("gate-a-writes-three-states",
+           "Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence rows.")
+def _states(state: StoreState):
+    return [{"state_outside_gate_a": o} for o in state.occurrences if o["state"] not in GATE_A_STATES], \
+        len(state.occurrences)
+
+
+@invariant("suspension-keeps-the-cursor",
+           "An anomalously large forward cutoff suspends the Schedule without moving its cursor.")
+def _suspension_cursor(state: StoreState):
+    evidence = []
+    rows = 0
+    for h in state.history:
+        if h["event"] == "suspended" and h["detail"].get("reason") == "clock-anomaly":
+            rows += 1
+            d = state.definition(h["schedule_id"])
+            recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
+            if d["lifecycle_state"] == "suspended" and d["cursor_utc"] != recorded:
+                evidence.append({"cursor_moved_while_suspended": d, "cursor_at_suspension": recorded})
+    return evidence, rows
+
+
+@invariant("recovered-nothing-due",
+           "The next bounded Schedule pass materializes the coalesced occurrence without waiting for another "
+           "interval. (After recovery, fault-free passes ran until nothing is due.)")
+def _nothing_due(state: StoreState):
+    evidence = []
+    for row in state.dispatch:
+        if row["lease_state"] != "ready":
+            evidence.append({"lease_still_held": row})
+        elif row["claimable_at_utc"] is not None and row["claimable_at_utc"] <= state.now:
+            evidence.append({"still_due": row, "server_now": state.now})
+    return evidence, len(state.dispatch)
+
+
+def universal(state: StoreState) -> list[CheckResult]:
+    return [run(state) for _, _, run in INVARIANTS]
+
+
+# -- scenario expectations and crash equivalence --------------------------------------------------------
+
+def _reference_instant(generation: dict) -> datetime:
+    kind = generation["schedule_kind"]
+    return {"every": generation["anchor_utc"], "at": generation["at_utc"],
+            "after": generation["accepted_at_utc"]}[kind]
+
+
+def normalize(state: StoreState, schedule_ids: dict[str, Any]) -> dict[str, Any]:
+    """A run-independent picture per schedule name: times relative to each generation's own reference."""
+    picture = {}
+    work = state.work_by_id()
+    for name, schedule_id in sorted(schedule_ids.items()):
+        d = state.definition(schedule_id)
+        if d is None:
+            picture[name] = None
+            continue
+        occs = []
+        for o in state.occurrences_of(schedule_id):
+            ref = _reference_instant(state.generation(schedule_id, o["generation"]))
+            occs.append((o["generation"], o["occurrence_kind"], (o["first_nominal_utc"] - ref) // timedelta(microseconds=1),
+                         (o["last_nominal_utc"] - ref) // timedelta(microseconds=1), o["state"],
+                         work.get(o["work_id"], {}).get("state")))
+        picture[name] = {"lifecycle": d["lifecycle_state"], "suspension": d["suspension_reason"],
+                         "generation": d["active_generation"], "occurrences": sorted(occs)}
+    return picture
+
+
+def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[str, Any],
+                 resolve: Callable[[str, dict], datetime]) -> CheckResult:
+    """The scenario's own expectations (exact occurrence lists, Work counts, lifecycle, cursor)."""
+    evidence = []
+    rows = 0
+    for name, want in expect.items():
+        schedule_id = schedule_ids[name]
+        d = state.definition(schedule_id)
+        if d is None:
+            evidence.append({"schedule": name, "missing": True})
+            continue
+        if "lifecycle" in want and d["lifecycle_state"] != want["lifecycle"]:
+            evidence.append({"schedule": name, "lifecycle": d["lifecycle_state"], "expected": want["lifecycle"]})
+        if "suspension" in want and d["suspension_reason"] != want["suspension"]:
+            evidence.append({"schedule": name, "suspension": d["suspension_reason"], "expected": want["suspension"]})
+        occs = state.occurrences_of(schedule_id)
+        rows += len(occs)
+        if "occurrences" in want:
+            got = sorted((o["generation"], o["occurrence_kind"], o["first_nominal_utc"], o["last_nominal_utc"],
+                          o["state"]) for o in occs)
+            expected = []
+            for e in want["occurrences"]:
+                generation = state.generation(schedule_id, e["generation"]) or {}
+                expected.append((e["generation"], e["kind"], resolve(e["first"], generation),
+                                 resolve(e["last"], generation), e["state"]))
+            if got != sorted(expected):
+                evidence.append({"schedule": name, "occurrences": got, "expected": sorted(expected)})
+        if "works" in want:
+            linked = [o for o in occs if o["work_id"] is not None]
+            if len(linked) != want["works"]:
+                evidence.append({"schedule": name, "works": len(linked), "expected": want["works"]})
+        if "cursor" in want:
+            generation = state.generation(schedule_id, d["active_generation"]) or {}
+            if d["cursor_utc"] != resolve(want["cursor"], generation):
+                evidence.append({"schedule": name, "cursor": d["cursor_utc"],
+                                 "expected": resolve(want["cursor"], generation)})
+    return CheckResult("scenario-expectations", "scenario", not evidence, evidence, rows)
+
+
+def equivalence(picture: dict, baseline: dict) -> CheckResult:
+    evidence = [{"schedule": name, "faulted": picture.get(name), "fault_free": baseline.get(name)}
+                for name in sorted(set(picture) | set(baseline)) if picture.get(name) != baseline.get(name)]
+    return CheckResult("crash-equivalence", "A future proof must show that recovery produces one occurrence and one "
+                       "accepted Work identity. (Same final state as the fault-free run of the same timeline.)",
+                       not evidence, evidence, len(picture))

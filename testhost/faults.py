@@ -1,0 +1,128 @@
+"""Faults, as plug-ins behind one Protocol: each is injected when the chosen barrier is hit the chosen time."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+
+from barriers import Barrier
+
+from .world import DB_CRASH, NETWORK
+
+if TYPE_CHECKING:
+    from .implementation import Implementation
+    from .runner import CaseRun
+
+PROCESSOR_TRANSACTIONS = {"dispatcher claim", "scoped decision", "scoped bridge"}
+
+
+@dataclass
+class Injection:
+    """What a fault did, for the timeline and for the checks that follow it."""
+
+    fault: str
+    barrier: str
+    details: dict[str, Any] = field(default_factory=dict)
+    open_xid: int | None = None  # the implementation's open write transaction at the barrier, if any
+
+
+class Fault(Protocol):
+    name: str
+    needs: tuple[str, ...]  # world capabilities
+
+    def applies(self, barrier: Barrier) -> str | None:
+        """None if the fault can be injected at this barrier, else why not."""
+
+    def inject(self, run: "CaseRun", impl: "Implementation", barrier: Barrier, injection: Injection) -> None:
+        ...
+
+
+def open_write_xid(run: "CaseRun") -> int | None:
+    """The xid of the one open write transaction on the case's database (the implementation's, at a barrier)."""
+    with psycopg.connect(run.store.dsn("postgres")) as conn:
+        rows = conn.execute(
+            "select backend_xid::text::bigint from pg_stat_activity where datname = current_database() "
+            "and state like 'idle in transaction%%' and backend_xid is not null and pid <> pg_backend_pid()").fetchall()
+    return rows[0][0] if len(rows) == 1 else None
+
+
+class Kill:
+    name, needs = "kill", ()
+
+    def applies(self, barrier: Barrier) -> str | None:
+        return None
+
+    def inject(self, run, impl, barrier, injection):
+        injection.open_xid = open_write_xid(run)
+        impl.kill()
+        injection.details["killed_pid"] = impl.pid
+
+
+class Disconnect:
+    name, needs = "disconnect", (NETWORK,)
+
+    def applies(self, barrier: Barrier) -> str | None:
+        return None
+
+    def inject(self, run, impl, barrier, injection):
+        injection.open_xid = open_write_xid(run)
+        run.world.proxy.cut()
+
+
+class LostCommitReply:
+    """Drop server→client bytes, release the barrier: COMMIT reaches the server, its reply never returns."""
+
+    name, needs = "lost-commit-reply", (NETWORK,)
+    heal_after_s = 0.5
+
+    def applies(self, barrier: Barrier) -> str | None:
+        return None if barrier.position == "before-commit" else "only a before-commit barrier has a commit to lose"
+
+    def inject(self, run, impl, barrier, injection):
+        injection.open_xid = open_write_xid(run)
+        run.world.proxy.blackhole_replies()
+        # The reply to the COMMIT sent right after our barrier reply is dropped; later traffic may pass again.
+        timer = threading.Timer(self.heal_after_s, run.world.proxy.heal)
+        timer.daemon = True
+        timer.start()
+        run.on_recovery.append(timer.join)
+
+
+class DbCrash:
+    name, needs = "db-crash", (DB_CRASH,)
+
+    def applies(self, barrier: Barrier) -> str | None:
+        return None
+
+    def inject(self, run, impl, barrier, injection):
+        injection.open_xid = open_write_xid(run)
+        run.world.cluster.crash()
+        run.world.cluster.restart()
+
+
+class Pause:
+    """SIGSTOP at the barrier, move the clock past the lease, let a second processor take over, SIGCONT."""
+
+    name, needs = "pause", ()
+
+    def applies(self, barrier: Barrier) -> str | None:
+        return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"
+
+    def inject(self, run, impl, barrier, injection):
+        injection.open_xid = open_write_xid(run)
+        impl.pause()
+        try:
+            run.advance(timedelta(seconds=run.scenario.lease_seconds + 1))
+            second = run.start_implementation("takeover")
+            counts = run.drain(second)
+            injection.details["takeover_passes"] = counts
+            second.stop()
+        finally:
+            impl.resume()
+
+
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in (Kill(), Disconnect(), LostCommitReply(), DbCrash(), Pause())}

@@ -1,0 +1,23 @@
+"""The Work identity formula of the adapter protocol, written here from the protocol page, not imported
+from any implementation: the checks recompute it to judge what an implementation linked."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime, timezone
+
+
+def canonical(scope_id: str, schedule_id: uuid.UUID, generation: int, kind: str, first_nominal_utc: datetime) -> str:
+    instant = first_nominal_utc.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{scope_id}|{schedule_id}|{generation}|{kind}|{instant}"
+
+
+def expected_work(scope_id: str, schedule_id: uuid.UUID, generation: int, kind: str, first_nominal_utc: datetime,
+                  command: str) -> dict:
+    text = canonical(scope_id, schedule_id, generation, kind, first_nominal_utc)
+    digest = bytearray(hashlib.sha256(("appsurface-durable/schedule-work/v1|" + text).encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return {"work_id": uuid.UUID(bytes=bytes(digest)), "idempotency_key": "schedule-occurrence/v1|" + text,
+            "command": command, "activity": f"schedule/{schedule_id}/g{generation}/{kind}"}

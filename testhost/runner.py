@@ -1,0 +1,401 @@
+"""One case, start to finish: prepare a store, run the scenario's timeline through the implementation,
+inject the planned fault at the planned barrier hit, recover, and judge the durable outcome."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from barriers import BY_NAME
+from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
+
+from .checks import CheckResult, equivalence, expectations, normalize, universal
+from .errors import TestHostError
+from .faults import FAULTS, Injection
+from .implementation import AdapterProtocolError, Implementation, Response
+from .state import read_state
+from .store import RUNTIME, Store, new_store
+from .world import CLOCK, World
+
+SCOPE = "tenant-a"
+DEADLINE_S = 2.0
+MAX_DRAIN_PASSES = 20
+REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """scenario × barrier × fault × hit; a plan without a fault is the scenario's fault-free run."""
+
+    scenario: str
+    barrier: str | None = None
+    fault: str | None = None
+    hit: int | None = None
+    repeat: int = 1
+
+    @property
+    def id(self) -> str:
+        base = self.scenario if self.fault is None else f"{self.scenario}/{self.barrier}/{self.fault}/{self.hit}"
+        return base if self.repeat == 1 else f"{base}#{self.repeat}"
+
+
+@dataclass
+class CaseOutcome:
+    plan: CasePlan
+    verdict: str  # pass, fail, error, not-run
+    reason: str = ""
+    checks: list[CheckResult] = field(default_factory=list)
+    timeline: list[dict] = field(default_factory=list)
+    duration_s: float = 0.0
+    hits: dict[str, int] = field(default_factory=dict)
+    picture: dict | None = None
+    fallbacks: list[str] = field(default_factory=list)
+    implementation: str = ""
+
+    def to_json(self) -> dict:
+        return {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
+                "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
+                "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
+                "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks}
+
+
+class CaseRun:
+    """Everything one case needs while it runs; faults call back into it (advance, drain, start)."""
+
+    def __init__(self, world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path):
+        self.world, self.scenario, self.plan, self.command = world, scenario, plan, command
+        self.log_dir = log_dir
+        self.store: Store | None = None
+        self.impls: dict[str, Implementation] = {}
+        self.timeline: list[dict] = []
+        self.hits: dict[str, int] = {}
+        self.injection: Injection | None = None
+        self.fault_error: str | None = None
+        self.on_recovery: list = []
+        self.fallbacks: set[str] = set()
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._fallback_client = None
+        self._fallback_work = None
+        self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
+
+    # -- timeline ---------------------------------------------------------------------------------------
+
+    def note(self, event: str, **details: Any) -> None:
+        self.timeline.append({"t": round(time.monotonic() - self._started, 3), "event": event, **details})
+
+    # -- implementations and barriers ----------------------------------------------------------------------
+
+    def start_implementation(self, label: str) -> Implementation:
+        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=True),
+               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=True),
+               "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
+        impl = Implementation(self.command, env, self.on_barrier, self.log_dir / f"{self.store.dbname}-{label}.log",
+                              label=label).start()
+        self.note("start", instance=label, pid=impl.pid)
+        return impl
+
+    def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
+        with self._lock:
+            armed = self.injection is None and self.plan.fault is not None
+            if armed:
+                self.hits[name] = self.hits.get(name, 0) + 1
+                fire = name == self.plan.barrier and self.hits[name] == self.plan.hit
+            else:
+                if self.plan.fault is None:
+                    self.hits[name] = self.hits.get(name, 0) + 1
+                fire = False
+            if fire:
+                self.injection = Injection(self.plan.fault, name)
+        self.note("barrier", instance=impl.label, name=name, context=context)
+        if fire:
+            self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
+            try:
+                FAULTS[self.plan.fault].inject(self, impl, BY_NAME[name], self.injection)
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is a harness error
+                self.fault_error = f"{type(exc).__name__}: {exc}"
+                raise
+            self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+
+    # -- world helpers -------------------------------------------------------------------------------
+
+    def owner(self) -> psycopg.Connection:
+        return psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row)
+
+    def advance(self, delta: timedelta) -> None:
+        self.world.clock.shift(delta)
+        self.store.ensure_partitions()
+        self.note("clock", shift_s=delta.total_seconds())
+
+    def anything_due(self) -> bool:
+        with self.owner() as conn:
+            return conn.execute("select exists (select 1 from appsurface_durable.schedule_dispatch_timing "
+                                "where claimable_at_utc <= clock_timestamp()) as due").fetchone()["due"]
+
+    def drain(self, impl: Implementation) -> int:
+        """Fault-free passes until nothing is due (or a pass claims nothing)."""
+        passes = 0
+        while passes < MAX_DRAIN_PASSES and self.anything_due():
+            response = impl.request("process-due", {"maximum_schedules": 64,
+                                                    "lease_seconds": self.scenario.lease_seconds})
+            passes += 1
+            self.note("response", instance=impl.label, op="process-due", outcome=response.outcome,
+                      value=response.value, error=response.error)
+            if response.died or (isinstance(response.value, dict) and response.value.get("claimed") == 0):
+                break
+        return passes
+
+    # -- steps ---------------------------------------------------------------------------------------------
+
+    def _revision(self, schedule: str) -> int:
+        with self.owner() as conn:
+            row = conn.execute("select revision from appsurface_durable.schedule_definitions where schedule_id = %s",
+                               (self.schedule_ids[schedule],)).fetchone()
+        return row["revision"] if row else 0
+
+    def _nth_work(self, schedule: str, nth: int) -> str | None:
+        prefix = f"schedule-occurrence/v1|{SCOPE}|{self.schedule_ids[schedule]}|%"
+        with self.owner() as conn:
+            rows = conn.execute("select work_id from appsurface_durable.work_items where idempotency_key like %s "
+                                "order by accepted_at_utc, work_id", (prefix,)).fetchall()
+        index = nth - 1 if nth > 0 else nth
+        return str(rows[index]["work_id"]) if -len(rows) <= index < len(rows) else None
+
+    def _work_state(self, work_id: str) -> str | None:
+        with self.owner() as conn:
+            row = conn.execute("select state from appsurface_durable.work_items where work_id = %s",
+                               (work_id,)).fetchone()
+        return row["state"] if row else None
+
+    def _client_op(self, op: str, args: dict) -> Response:
+        """Through the implementation when it offers the operation, else the reference over the normative schema."""
+        impl = self.impls["A"]
+        if impl.supports(op):
+            return impl.request(op, args)
+        self.fallbacks.add(op)
+        return self._fallback(op, args)
+
+    def _fallback(self, op: str, args: dict) -> Response:
+        import uuid
+
+        from reference import ScheduleClient, WorkStore
+        from reference.adapter import spec_from_json
+        from reference.problems import Problem
+
+        if op == "complete-work":
+            if self._fallback_work is None:
+                self._fallback_work = WorkStore(self.store.runtime_dsn, SCOPE)
+            result = self._fallback_work.transition(uuid.UUID(args["work_id"]), args["state"])
+        else:
+            if self._fallback_client is None:
+                self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE)
+            client = self._fallback_client
+            schedule_id = uuid.UUID(args["schedule_id"])
+            if op == "create":
+                result = client.create(spec_from_json(args["spec"]), schedule_id=schedule_id)
+            elif op == "update":
+                result = client.update(schedule_id, spec_from_json(args["spec"]),
+                                       expected_revision=args["expected_revision"])
+            elif op == "delete":
+                result = client.delete(schedule_id, expected_revision=args["expected_revision"])
+            else:
+                result = client.release_after_recovery(schedule_id, expected_revision=args["expected_revision"])
+        if isinstance(result, Problem):
+            return Response("fail", problem=result.to_json())
+        return Response("ok", value=str(result))
+
+    def step(self, step: Step) -> None:
+        self.note("step", index=step.index, op=step.op, args={k: v for k, v in step.args.items() if k != "spec"})
+        args = step.args
+        if step.op == "advance":
+            self.advance(timedelta(seconds=args["seconds"]))
+            return
+        if step.op in ("advance-epoch", "advance-scope-generation"):
+            sql = ("select appsurface_durable.advance_runtime_epoch()" if step.op == "advance-epoch"
+                   else f"select appsurface_durable.advance_scope_generation('{SCOPE}')")
+            with self.owner() as conn:
+                conn.execute(sql)
+            return
+        if step.op == "drain":
+            self.drain(self.impls["A"])
+            return
+        if step.op in ("process", "race"):
+            labels = ["A", "B"] if step.op == "race" else [args.get("processor", "A")]
+            for label in labels:
+                if label not in self.impls:
+                    self.impls[label] = self.start_implementation(label)
+            request = {"maximum_schedules": args.get("maximum_schedules", 1),
+                       "lease_seconds": self.scenario.lease_seconds}
+            if len(labels) == 1:
+                self._respond(self.impls[labels[0]], "process-due", request)
+            else:
+                threads = [threading.Thread(target=self._respond, args=(self.impls[l], "process-due", request))
+                           for l in labels]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+            return
+        if step.op == "complete-work":
+            work_id = self._nth_work(args["schedule"], args.get("nth", -1))
+            if work_id is None:
+                self.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
+                return
+            self._record(self._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+            return
+        schedule_id = str(self.schedule_ids[args["schedule"]])
+        request = {"schedule_id": schedule_id}
+        if "spec" in args:
+            request["spec"] = spec_to_wire(args["spec"])
+        if step.op != "create":
+            request["expected_revision"] = self._revision(args["schedule"])
+        op = {"release": "release-after-recovery"}.get(step.op, step.op)
+        self._record(self._client_op(op, request), op)
+
+    def _respond(self, impl: Implementation, op: str, request: dict) -> None:
+        try:
+            self._record(impl.request(op, request), op, impl.label)
+        except AdapterProtocolError as exc:
+            self._protocol_error = exc
+
+    def _record(self, response: Response, op: str, label: str = "A") -> None:
+        self.note("response", instance=label, op=op, outcome=response.outcome, value=response.value,
+                  problem=response.problem, error=response.error)
+
+    # -- recovery ---------------------------------------------------------------------------------------
+
+    def recover(self, step: Step) -> None:
+        """Heal the world, restart what died, move the clock past the dead lease, redo an interrupted Work step,
+        and run fault-free passes until nothing is due."""
+        self.note("recovery")
+        for hook in self.on_recovery:
+            hook()
+        if self.world.proxy is not None:
+            self.world.proxy.heal()
+        for label, impl in list(self.impls.items()):
+            if not impl.alive:
+                self.impls[label] = self.start_implementation(label)
+        self.advance(timedelta(seconds=self.scenario.lease_seconds + 1))
+        if step.op == "complete-work":
+            work_id = self._nth_work(step.args["schedule"], step.args.get("nth", -1))
+            if work_id and self._work_state(work_id) != step.args["state"]:
+                self._record(self._client_op("complete-work", {"work_id": work_id, "state": step.args["state"]}),
+                             "complete-work (redo)")
+        self.drain(self.impls["A"])
+
+    # -- the case ----------------------------------------------------------------------------------------
+
+    def _resolve(self, value: str, generation: dict) -> datetime:
+        return relative(value, generation.get("accepted_at_utc"))
+
+    def _transaction_fate(self) -> CheckResult | None:
+        """What the server did with the transaction open at the barrier: the verifier confirms what committed."""
+        if self.injection is None or self.injection.open_xid is None:
+            return None
+        expected = "committed" if self.plan.fault in ("lost-commit-reply", "pause") else "aborted"
+        with self.owner() as conn:
+            fate = conn.execute("select pg_xact_status(%s::text::xid8) as fate",
+                                (str(self.injection.open_xid),)).fetchone()["fate"]
+        rule = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
+                "retry only after rollback." if expected == "aborted" else
+                "A rollback leaves neither durable fact; a retry sees the same occurrence identity and must return "
+                "the original target link rather than enqueue another Work.")
+        return CheckResult("transaction-fate", rule, fate == expected,
+                           [] if fate == expected else [{"xid": self.injection.open_xid, "fate": fate,
+                                                         "expected": expected}], 1)
+
+    def execute(self, baseline: dict | None) -> CaseOutcome:
+        outcome = CaseOutcome(self.plan, "error")
+        self._protocol_error = None
+        try:
+            missing = [FAULTS[self.plan.fault].needs if self.plan.fault else (), (CLOCK,)]
+            for capability in [c for group in missing for c in group]:
+                if not self.world.capabilities.has(capability):
+                    outcome.verdict, outcome.reason = "not-run", self.world.capabilities.reason(capability)
+                    return outcome
+            self.store = new_store(self.world)
+            self.store.create_scope(SCOPE)
+            self.world.clock.set_time(T0)
+            self.store.ensure_partitions()
+            if self.world.proxy is not None:
+                self.world.proxy.heal()
+            self.impls["A"] = self.start_implementation("A")
+            outcome.implementation = self.impls["A"].hello.get("implementation", "")
+            recovered = False
+            for step in self.scenario.steps:
+                self.step(step)
+                if self._protocol_error:
+                    raise self._protocol_error
+                if self.fault_error:
+                    raise TestHostError(f"fault could not be injected: {self.fault_error}")
+                if self.injection is not None and not recovered:
+                    self.recover(step)
+                    recovered = True
+            self.note("final-drain")
+            self.drain(self.impls["A"])
+            state = read_state(self.store.owner_dsn)
+            checks = universal(state)
+            checks.append(expectations(state, self.scenario.expect, self.schedule_ids, self._resolve))
+            picture = normalize(state, self.schedule_ids)
+            if self.plan.fault is not None:
+                fired = self.injection is not None
+                checks.append(CheckResult("planned-fault-fired", "harness: a planned barrier or fault that never "
+                                          "fired makes the run fail", fired,
+                                          [] if fired else [{"barrier": self.plan.barrier, "hit": self.plan.hit,
+                                                             "hits_seen": self.hits}], 1))
+                fate = self._transaction_fate()
+                if fate:
+                    checks.append(fate)
+                if baseline is not None and self.scenario.equivalence:
+                    checks.append(equivalence(picture, baseline))
+            outcome.checks, outcome.picture = checks, picture
+            failed = [c.name for c in checks if not c.ok]
+            outcome.verdict = "fail" if failed else "pass"
+            outcome.reason = ", ".join(failed)
+        except AdapterProtocolError as exc:
+            outcome.verdict, outcome.reason = "error", f"adapter protocol: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any harness failure is this case's error, never the run's
+            outcome.verdict = "error"
+            outcome.reason = f"{type(exc).__name__}: {exc}"
+            self.note("harness-error", traceback=traceback.format_exc(limit=8))
+        finally:
+            self._teardown()
+            outcome.timeline = self.timeline
+            outcome.hits = dict(self.hits)
+            outcome.fallbacks = sorted(self.fallbacks)
+            outcome.duration_s = time.monotonic() - self._started
+        return outcome
+
+    def _teardown(self) -> None:
+        for impl in self.impls.values():
+            try:
+                impl.stop()
+            except Exception:  # noqa: BLE001
+                impl.kill()
+        for resource in (self._fallback_client, self._fallback_work):
+            if resource is not None:
+                resource.close()
+        try:
+            if self.world.proxy is not None:
+                self.world.proxy.heal()
+            if self.world.cluster is not None and not self.world.cluster.running:
+                self.world.cluster.restart()
+            if self.store is not None:
+                self.store.drop()
+        except Exception:  # noqa: BLE001 - teardown must not mask the verdict
+            pass
+
+
+def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
+             baseline: dict | None = None) -> CaseOutcome:
+    return CaseRun(world, scenario, plan, command, log_dir).execute(baseline)

@@ -1,0 +1,56 @@
+"""What the verifier reads: the normative tables of one store, as the migration owner, in one snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg.rows import dict_row
+
+TABLES = {
+    "definitions": "select * from appsurface_durable.schedule_definitions order by schedule_id",
+    "generations": "select * from appsurface_durable.schedule_generations order by schedule_id, generation",
+    "occurrences": "select * from appsurface_durable.schedule_occurrences "
+                   "order by schedule_id, generation, first_nominal_utc, occurrence_kind",
+    "work": "select * from appsurface_durable.work_items order by accepted_at_utc, work_id",
+    "dispatch": "select d.*, t.due_at_utc, t.claimable_at_utc, t.lease_owner, t.lease_expires_at_utc "
+                "from appsurface_durable.schedule_dispatch d "
+                "left join appsurface_durable.schedule_dispatch_timing t on t.dispatch_id = d.dispatch_id "
+                "order by d.schedule_id",
+    "history": "select * from appsurface_durable.schedule_history order by recorded_at_utc, event",
+}
+
+
+@dataclass
+class StoreState:
+    """One repeatable-read snapshot of every normative table, with the server's time of the snapshot."""
+
+    now: datetime
+    definitions: list[dict]
+    generations: list[dict]
+    occurrences: list[dict]
+    work: list[dict]
+    dispatch: list[dict]
+    history: list[dict]
+
+    def generation(self, schedule_id, generation: int) -> dict | None:
+        return next((g for g in self.generations
+                     if g["schedule_id"] == schedule_id and g["generation"] == generation), None)
+
+    def definition(self, schedule_id) -> dict | None:
+        return next((d for d in self.definitions if d["schedule_id"] == schedule_id), None)
+
+    def occurrences_of(self, schedule_id) -> list[dict]:
+        return [o for o in self.occurrences if o["schedule_id"] == schedule_id]
+
+    def work_by_id(self) -> dict:
+        return {w["work_id"]: w for w in self.work}
+
+
+def read_state(owner_dsn: str) -> StoreState:
+    with psycopg.connect(owner_dsn, row_factory=dict_row) as conn:
+        conn.execute("set transaction isolation level repeatable read")
+        now = conn.execute("select clock_timestamp() as now").fetchone()["now"]
+        tables = {name: conn.execute(sql).fetchall() for name, sql in TABLES.items()}
+    return StoreState(now=now, **tables)
