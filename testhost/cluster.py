@@ -15,7 +15,7 @@ import psycopg
 from .components import PostgresInstall
 from .errors import ClusterStartFailed, PortInUse
 from .ports import LOOPBACK, choose
-from .processes import die_with_parent, kill_tree
+from .processes import die_with_parent, kill_tree, popen
 from .workspace import Workspace
 
 READY_TIMEOUT = 60.0
@@ -66,7 +66,7 @@ class Cluster:
         log = open(self.log_path, "ab")
         start_offset = log.tell()
         try:
-            self._process = subprocess.Popen(
+            self._process = popen(
                 [str(self.install.tool("postgres")), "-D", str(self.datadir), "-p", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.directory,
                 user=user.uid if user.is_switch else None, group=user.gid if user.is_switch else None,

@@ -5,10 +5,23 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not only the process. Every server is
+# therefore started from this one long-lived thread, whichever thread asks (a fault injected from a racing
+# processor's thread restarts PostgreSQL too).
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
+
+
+def popen(*args, **kwargs) -> subprocess.Popen:
+    """subprocess.Popen, run on the spawner thread so a die-with-parent child outlives the calling thread."""
+    return _spawner.submit(subprocess.Popen, *args, **kwargs).result()
 
 
 def die_with_parent() -> None:

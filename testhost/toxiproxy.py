@@ -17,7 +17,7 @@ from toxiproxy.server import Toxiproxy as _ClientServer
 from .components import find_toxiproxy, toxiproxy_version
 from .errors import ToxiproxyFailed
 from .ports import LOOPBACK, choose, free_port
-from .processes import die_with_parent, kill_tree
+from .processes import die_with_parent, kill_tree, popen
 
 # toxiproxy-python keeps the API address in class attributes; one lock makes it safe for several servers.
 _client_lock = threading.Lock()
@@ -85,7 +85,7 @@ class ToxiproxyServer:
 
     def start(self, timeout: float = 15.0) -> "ToxiproxyServer":
         with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
+            self._process = popen(
                 [str(self.binary), "-host", LOOPBACK, "-port", str(self.port)], cwd=self.directory,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=die_with_parent if self.tie_to_parent else None)

@@ -72,3 +72,16 @@ def test_connection_fails_while_crashed(fresh_world):
     fresh_world.cluster.crash()
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(fresh_world.admin_dsn(), connect_timeout=2)
+
+
+def test_a_restart_from_a_short_lived_thread_outlives_that_thread(fresh_world):
+    """Faults may restart PostgreSQL from a racing processor's thread; the server must not die with it."""
+    import threading
+    worker = threading.Thread(target=lambda: (fresh_world.cluster.crash(), fresh_world.cluster.restart()))
+    worker.start()
+    worker.join()
+    import time
+    time.sleep(0.3)  # PR_SET_PDEATHSIG would have fired by now
+    assert fresh_world.cluster.running
+    with psycopg.connect(fresh_world.admin_dsn()) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
