@@ -22,7 +22,7 @@ import barriers
 
 from . import due
 from .db import Session
-from .errors import IdempotencyConflict, LeaseLost, RetriableError
+from .errors import CommitOutcomeUnknown, IdempotencyConflict, LeaseLost, RetriableError
 from .evaluator import Anomaly, Due, NoOp, evaluate, next_after
 from .identity import OccurrenceIdentity, canonical_instant, work_identity
 from .migrations import require_schedule_protocol
@@ -30,6 +30,9 @@ from .model import Generation
 from .roles import RUNTIME
 from .sql import query
 from .work import WorkRequest, WorkTransactionWriter
+
+RETRIES = 3
+
 
 @dataclass(frozen=True)
 class ProcessRequest:
@@ -120,7 +123,7 @@ class ScheduleProcessor:
             if cancel is not None and cancel.cancelled:
                 break
             try:
-                claim = self._claim(owner, request.lease_duration)
+                claim = self._retrying(lambda: self._claim(owner, request.lease_duration), retry_unknown=False)
             except RetriableError as exc:
                 counts.aborted += 1
                 counts.errors.append(f"claim: {exc}")
@@ -129,13 +132,27 @@ class ScheduleProcessor:
                 break
             counts.claimed += 1
             try:
-                self._process(claim, counts)
+                self._retrying(lambda: self._process(claim, counts), retry_unknown=True)
             except LeaseLost:
                 counts.fenced += 1
             except RetriableError as exc:
                 counts.aborted += 1
                 counts.errors.append(f"{claim.schedule_id}: {exc}")
         return counts
+
+    def _retrying(self, attempt, *, retry_unknown: bool):
+        """A bounded retry after rollback: a lost connection is often found only on first use after a fault.
+        The fence makes a repeated scoped transaction safe; a claim whose commit outcome is unknown is not
+        repeated (its lease simply expires)."""
+        for remaining in range(RETRIES - 1, -1, -1):
+            try:
+                return attempt()
+            except CommitOutcomeUnknown:
+                if not retry_unknown or remaining == 0:
+                    raise
+            except RetriableError:
+                if remaining == 0:
+                    raise
 
     # -- 1. dispatcher claim ------------------------------------------------------------------------
 
