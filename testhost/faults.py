@@ -41,8 +41,11 @@ class Fault(Protocol):
         ...
 
 
-def open_write_xid(run: "CaseRun") -> int | None:
-    """The xid of the one open write transaction on the case's database (the implementation's, at a barrier)."""
+def open_write_xid(run: "CaseRun", barrier: Barrier) -> int | None:
+    """The xid of the implementation's open write transaction at a before-commit barrier, when it is the only
+    one on the case's database (with two processors racing, whose it is cannot be told, so none)."""
+    if not barrier.before_commit or run.concurrent:
+        return None
     with psycopg.connect(run.store.dsn("postgres")) as conn:
         rows = conn.execute(
             "select backend_xid::text::bigint from pg_stat_activity where datname = current_database() "
@@ -57,7 +60,7 @@ class Kill:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run)
+        injection.open_xid = open_write_xid(run, barrier)
         impl.kill()
         injection.details["killed_pid"] = impl.pid
 
@@ -69,7 +72,7 @@ class Disconnect:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run)
+        injection.open_xid = open_write_xid(run, barrier)
         run.world.proxy.cut()
 
 
@@ -83,7 +86,7 @@ class LostCommitReply:
         return None if barrier.position == "before-commit" else "only a before-commit barrier has a commit to lose"
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run)
+        injection.open_xid = open_write_xid(run, barrier)
         run.world.proxy.blackhole_replies()
         # The reply to the COMMIT sent right after our barrier reply is dropped; later traffic may pass again.
         timer = threading.Timer(self.heal_after_s, run.world.proxy.heal)
@@ -99,7 +102,7 @@ class DbCrash:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run)
+        injection.open_xid = open_write_xid(run, barrier)
         run.world.cluster.crash()
         run.world.cluster.restart()
 
@@ -113,7 +116,7 @@ class Pause:
         return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run)
+        injection.open_xid = open_write_xid(run, barrier)
         impl.pause()
         try:
             run.advance(timedelta(seconds=run.scenario.lease_seconds + 1))
