@@ -1,0 +1,360 @@
+"""Reference targets: materialization throughput against pgbench's commit ceiling, and a claim whose cost
+stays flat as the number of schedules grows; each beside the plain way on the same cluster, same run."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import resource
+import subprocess
+import time
+from datetime import timedelta
+
+import psycopg
+from psycopg import sql
+
+from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, ScheduleSpec, Target
+from testhost.components import find_postgres
+from testhost.store import Store, new_store
+from testhost.world import World
+
+from .figures import Figure, median_of
+
+SCOPE = "bench"
+SCHEDULES = 2_000          # due Every schedules materialized by the two processors
+PROCESSORS = 2
+BATCH = 64                 # maximum_schedules per process_due pass
+CREATORS = 2               # client connections creating the schedules (set-up only, untimed)
+PGBENCH_SECONDS = 10
+CLAIM_SIZES = (1_000, 1_000_000)
+CLAIM_DUE = 10             # due dispatch rows at either size; every other schedule is due in the future
+CLAIM_WARMUP = 20
+CLAIM_SAMPLES = 300
+INSERT_CHUNK = 250_000
+
+
+class Info(Figure):
+    """A measured figure printed beside the targets, with no target of its own (never counts as missed)."""
+
+    def __init__(self, name: str, value: float, unit: str, reference: float | None = None, reference_name: str = ""):
+        super().__init__(name, value, unit, "", True, reference, reference_name)
+
+    def line(self) -> str:
+        ratio = (f"ratio {self.value / self.reference:.2f} vs {self.reference_name} "
+                 f"({self.reference:.3g} {self.unit})" if self.reference else "")
+        return f"{self.name:44} {self.value:10.3g} {self.unit:6} {'(measured, no target)':26} {ratio}".rstrip()
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+def _admin(world: World, dbname: str = "postgres") -> psycopg.Connection:
+    return psycopg.connect(world.admin_dsn(dbname=dbname), autocommit=True)
+
+
+def _quiesce(world: World, dbname: str, timeout: float = 10.0) -> None:
+    """Wait until no other backend is connected to dbname: an exiting backend flushes its statistics."""
+    deadline = time.monotonic() + timeout
+    with _admin(world) as conn:
+        while time.monotonic() < deadline:
+            others = conn.execute("select count(*) from pg_stat_activity where datname = %s "
+                                  "and backend_type = 'client backend' and pid <> pg_backend_pid()",
+                                  (dbname,)).fetchone()[0]
+            if others == 0:
+                return
+            time.sleep(0.05)
+
+
+def _counters(world: World, dbname: str) -> tuple[int, int]:
+    """(xact_commit of dbname, the cluster's next transaction ID) from a fresh connection.
+
+    The xid is read without assigning one (pg_snapshot_xmax of a fresh snapshot is the next xid), so the
+    difference between two readings counts the transactions that wrote something, cluster-wide.
+    """
+    _quiesce(world, dbname)
+    with _admin(world) as conn:
+        conn.execute("select pg_stat_clear_snapshot()")
+        commits = conn.execute("select xact_commit from pg_stat_database where datname = %s", (dbname,)).fetchone()[0]
+        next_xid = conn.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
+    return commits, next_xid
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat: how saturated the cores were."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _backend_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the given server backends have used so far, from /proc/<pid>/stat."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the full line)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _due_schedule() -> ScheduleSpec:
+    return ScheduleSpec(kind="every", every=timedelta(hours=1), target=Target("bench-report", {"n": 1}))
+
+
+def _create_schedules(dsn: str, count: int) -> None:
+    with ScheduleClient(dsn, SCOPE) as client:
+        for _ in range(count):
+            result = client.create(_due_schedule())
+            if not hasattr(result, "schedule_id"):
+                raise RuntimeError(f"schedule create refused: {result}")
+
+
+def _processor_worker(runtime_dsn: str, dispatcher_dsn: str, ready, start, results) -> None:
+    """One processor process: bounded passes until a pass claims nothing; reports totals and its own span."""
+    processor = ScheduleProcessor(runtime_dsn, dispatcher_dsn)
+    backends = [session.one("select pg_backend_pid() as pid")["pid"]
+                for session in (processor.runtime, processor.dispatcher)]
+    ready.put(True)
+    start.wait()
+    began, before, server_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), _backend_cpu(backends)
+    totals = {"passes": 0, "claimed": 0, "occurrences": 0, "materialized": 0, "fenced": 0, "aborted": 0}
+    errors: list[str] = []
+    while True:
+        counts = processor.process_due(ProcessRequest(maximum_schedules=BATCH))
+        totals["passes"] += 1
+        for key in ("claimed", "occurrences", "materialized", "fenced", "aborted"):
+            totals[key] += getattr(counts, key)
+        errors.extend(counts.errors)
+        if counts.claimed == 0:
+            break
+    ended = time.monotonic()
+    after, server_after = resource.getrusage(resource.RUSAGE_SELF), _backend_cpu(backends)
+    processor.close()
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    results.put({**totals, "began": began, "ended": ended, "cpu": cpu, "server_cpu": server_after - server_before,
+                 "errors": errors[:5]})
+
+
+def _pgbench_tps(world: World) -> float:
+    """pgbench -N, 2 clients, 2 threads, straight to the cluster (no proxy): committed transactions per second."""
+    bindir = find_postgres().bindir
+    with _admin(world) as conn:
+        conn.execute("drop database if exists bench_pgbench with (force)")
+        conn.execute("create database bench_pgbench")
+    connect = ["-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
+    try:
+        subprocess.run([str(bindir / "pgbench"), "-i", "-q", *connect, "bench_pgbench"], check=True,
+                       capture_output=True, text=True, timeout=120)
+        run = subprocess.run([str(bindir / "pgbench"), "-N", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS),
+                              *connect, "bench_pgbench"], check=True, capture_output=True, text=True,
+                             timeout=PGBENCH_SECONDS + 60)
+    finally:
+        with _admin(world) as conn:
+            conn.execute("drop database if exists bench_pgbench with (force)")
+    match = re.search(r"tps = ([0-9.]+)", run.stdout)
+    if match is None:
+        raise RuntimeError(f"no 'tps = ' in pgbench output:\n{run.stdout}\n{run.stderr}")
+    return float(match.group(1))
+
+
+# -- (a) throughput ------------------------------------------------------------------------------------
+
+def throughput(world: World | None = None) -> list[Figure]:
+    if world is None:
+        with World("bench") as own:
+            return throughput(own)
+    store = new_store(world)
+    try:
+        store.create_scope(SCOPE)
+        context = multiprocessing.get_context("spawn")
+        creators = [context.Process(target=_create_schedules, args=(store.runtime_dsn, SCHEDULES // CREATORS))
+                    for _ in range(CREATORS)]
+        for creator in creators:
+            creator.start()
+        for creator in creators:
+            creator.join()
+            if creator.exitcode != 0:
+                raise RuntimeError(f"a schedule creator exited with {creator.exitcode}")
+        with store.owner() as conn:
+            span = conn.execute("select max(accepted_at_utc) - min(accepted_at_utc) as span "
+                                "from appsurface_durable.schedule_generations").fetchone()["span"]
+        # Every schedule is due once an hour from its acceptance: past the first instant, before the second.
+        if span >= timedelta(minutes=30):
+            raise RuntimeError(f"creating the schedules took {span}: they would not have exactly one due instant")
+        world.clock.shift(timedelta(hours=1) + span + timedelta(seconds=5))
+
+        # Read before the processors connect (their few set-up reads land in the count: ~0.003 per occurrence).
+        commits_before, xid_before = _counters(world, store.dbname)
+        ready, start, results = context.Queue(), context.Event(), context.Queue()
+        workers = [context.Process(target=_processor_worker,
+                                   args=(store.runtime_dsn, store.dispatcher_dsn, ready, start, results))
+                   for _ in range(PROCESSORS)]
+        for worker in workers:
+            worker.start()
+        for _ in workers:
+            ready.get(timeout=60)
+        busy_before, total_before = _cpu_jiffies()
+        start.set()
+        reports = [results.get(timeout=600) for _ in workers]
+        busy_after, total_after = _cpu_jiffies()
+        for worker in workers:
+            worker.join(60)
+        commits_after, xid_after = _counters(world, store.dbname)
+
+        elapsed = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
+        materialized = sum(r["materialized"] for r in reports)
+        if materialized != SCHEDULES or any(r["aborted"] or r["errors"] for r in reports):
+            raise RuntimeError(f"expected {SCHEDULES} materialized occurrences, got {reports}")
+        with store.owner() as conn:
+            due_left = conn.execute("select count(*) as n from appsurface_durable.schedule_dispatch_timing "
+                                    "where claimable_at_utc <= transaction_timestamp()").fetchone()["n"]
+        if due_left:
+            raise RuntimeError(f"{due_left} schedules still due after the processors finished")
+        world.clock.reset()
+    finally:
+        store.drop()
+
+    rate = materialized / elapsed
+    # The _counters reading before the run is one read-only commit of its own; do not charge it.
+    commits_per = (commits_after - commits_before - 1) / materialized
+    writes_per = (xid_after - xid_before) / materialized
+    cpu_per = sum(r["cpu"] for r in reports) / materialized * 1000
+    server_cpu_per = sum(r["server_cpu"] for r in reports) / materialized * 1000
+    cores = os.cpu_count() or 1
+    busy = (busy_after - busy_before) / max(1, total_after - total_before)
+    tps = _pgbench_tps(world)
+    ceiling = tps / commits_per
+    write_ceiling = tps / writes_per
+    return [
+        Info("pgbench -N TPS, 2 clients, 2 threads", tps, "tps"),
+        Info("commits per occurrence (xact_commit)", commits_per, "commit"),
+        Info("  of which write (xids assigned)", writes_per, "commit"),
+        Info("processor CPU per occurrence (Python)", cpu_per, "ms"),
+        Info("server CPU per occurrence (its backends)", server_cpu_per, "ms"),
+        Info(f"CPU-bound limit on {cores} cores", cores * 1000 / (cpu_per + server_cpu_per), "occ/s"),
+        Info(f"machine CPU busy while processing ({cores} cores)", busy * 100, "%"),
+        Figure(f"occurrences/s, {PROCESSORS} processors, {SCHEDULES:,} due", rate, "occ/s", ">= 0.75 ceil",
+               rate >= 0.75 * ceiling, ceiling, "ceiling = pgbench TPS / commits per occ"),
+        Info("  the same against the write-commit ceiling", rate, "occ/s", write_ceiling,
+             "pgbench TPS / writing commits per occ"),
+    ]
+
+
+# -- (b) claim cost flat in the number of schedules ---------------------------------------------------
+
+POPULATE = """
+insert into appsurface_durable.schedule_definitions
+    (scope_id, schedule_id, lifecycle_state, revision, active_generation, runtime_epoch, scope_generation,
+     cursor_utc, created_at_utc, updated_at_utc)
+select %(scope)s, md5('bench-schedule-' || i)::uuid, 'active', 1, 1, r.runtime_epoch, s.generation,
+       %(now)s::timestamptz - interval '61 seconds', %(now)s::timestamptz - interval '61 seconds',
+       %(now)s::timestamptz - interval '61 seconds'
+from generate_series(%(lo)s::bigint, %(hi)s::bigint) i,
+     appsurface_durable.store_runtime r, appsurface_durable.scopes s
+where s.scope_id = %(scope)s;
+
+-- Due ones: anchored a minute ago. The others: anchored 1-59 minutes ahead, the cursor at acceptance.
+insert into appsurface_durable.schedule_generations
+    (scope_id, schedule_id, generation, schedule_kind, every_us, anchor_utc, anchor_explicit, misfire_policy,
+     overlap_policy, run_policy, safety_window_us, target_kind, target_command, target_payload, accepted_at_utc,
+     command_id)
+select %(scope)s, md5('bench-schedule-' || i)::uuid, 1, 'every', 3600000000,
+       case when i <= %(due)s then %(now)s::timestamptz - interval '60 seconds'
+            else %(now)s::timestamptz + (60 + i %% 3480) * interval '1 second' end,
+       true, 'run-once', 'queue-one', 'run-once', 3600000000, 'work', 'bench-report', '{"n": 1}',
+       %(now)s::timestamptz - interval '61 seconds', md5('bench-command-' || i)::uuid
+from generate_series(%(lo)s::bigint, %(hi)s::bigint) i;
+
+insert into appsurface_durable.schedule_dispatch (schedule_id, scope_routing_id)
+select md5('bench-schedule-' || i)::uuid, s.routing_id
+from generate_series(%(lo)s::bigint, %(hi)s::bigint) i, appsurface_durable.scopes s
+where s.scope_id = %(scope)s;
+
+-- The due time is the first grid instant after the cursor: the anchor itself (every anchor lies within
+-- the hour after the cursor).
+insert into appsurface_durable.schedule_dispatch_timing (dispatch_id, scope_id, due_at_utc, claimable_at_utc)
+select d.dispatch_id, %(scope)s, g.anchor_utc, g.anchor_utc
+from generate_series(%(lo)s::bigint, %(hi)s::bigint) i
+join appsurface_durable.schedule_dispatch d on d.schedule_id = md5('bench-schedule-' || i)::uuid
+join appsurface_durable.schedule_generations g on g.scope_id = %(scope)s and g.schedule_id = d.schedule_id
+                                              and g.generation = 1;
+"""
+
+CLAIM = "select * from appsurface_durable.claim_schedule_dispatch('bench', '30 seconds')"
+
+
+def _populate(store: Store, lo: int, hi: int, now) -> None:
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        for chunk_lo in range(lo, hi + 1, INSERT_CHUNK):
+            chunk_hi = min(chunk_lo + INSERT_CHUNK - 1, hi)
+            with conn.transaction():
+                for statement in POPULATE.split(";\n"):
+                    if statement.strip():
+                        conn.execute(statement, {"scope": SCOPE, "lo": chunk_lo, "hi": chunk_hi,
+                                                 "due": CLAIM_DUE, "now": now})
+        for table in ("schedule_definitions", "schedule_generations", "schedule_dispatch", "schedule_dispatch_timing"):
+            conn.execute(sql.SQL("vacuum analyze appsurface_durable.{}").format(sql.Identifier(table)))
+
+
+def _claim_latency(store: Store) -> tuple[float, str]:
+    """Median seconds of one claim statement (in its own transaction, rolled back untimed), and its plan."""
+    with psycopg.connect(store.dispatcher_dsn, autocommit=True) as conn:
+        def begin() -> None:
+            conn.execute("rollback")
+            conn.execute("begin")
+
+        def claim() -> None:
+            if conn.execute(CLAIM).fetchone() is None:
+                raise RuntimeError("the claim found nothing due")
+
+        median_of(CLAIM_WARMUP, claim, setup=begin)
+        latency = median_of(CLAIM_SAMPLES, claim, setup=begin)
+        conn.execute("rollback")
+    # The function's select as PL/pgSQL runs it: a cached generic plan with the timestamp as a parameter.
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        conn.execute("set plan_cache_mode = force_generic_plan")
+        conn.execute(
+            "prepare claim_select(timestamptz) as "
+            "select t.dispatch_id from appsurface_durable.schedule_dispatch_timing t "
+            "join appsurface_durable.schedule_dispatch d on d.dispatch_id = t.dispatch_id "
+            "where t.claimable_at_utc <= $1 order by t.claimable_at_utc limit 1 for update of t, d skip locked")
+        conn.execute("begin")
+        plan = conn.execute("explain (analyze, buffers, costs off, timing off, summary off) "
+                            "execute claim_select(transaction_timestamp())").fetchall()
+        conn.execute("rollback")
+    return latency, "\n".join(row[0] for row in plan)
+
+
+def claim_flat(world: World | None = None) -> list[Figure]:
+    if world is None:
+        with World("bench") as own:
+            return claim_flat(own)
+    store = new_store(world)
+    try:
+        store.create_scope(SCOPE)
+        with store.owner() as conn:
+            now = conn.execute("select transaction_timestamp() as now").fetchone()["now"]
+        latencies, plans, done = {}, {}, 0
+        for size in CLAIM_SIZES:
+            _populate(store, done + 1, size, now)
+            done = size
+            latencies[size], plans[size] = _claim_latency(store)
+    finally:
+        store.drop()
+    small, large = CLAIM_SIZES
+    ratio = latencies[large] / latencies[small]
+    figures = [Figure(f"claim at {large:,} schedules (median)", latencies[large] * 1000, "ms", "<= 1.5x",
+                      ratio <= 1.5, latencies[small] * 1000, f"the same claim at {small:,} schedules")]
+    if ratio > 1.5:
+        for size in CLAIM_SIZES:
+            print(f"plan of the claim's select at {size:,} schedules:\n{plans[size]}", flush=True)
+    return figures
+
+
+def reference_suite() -> list[Figure]:
+    """Both targets in one world (the cluster start is paid once)."""
+    with World("bench") as world:
+        return throughput(world) + claim_flat(world)
+
+
+BENCHMARKS = [reference_suite]
