@@ -86,10 +86,11 @@ class Session:
         self._watchdog.close()
         self.conn.close()
 
-    def execute(self, sql: str, params: Any = None, *, committing: bool = False) -> psycopg.Cursor:
+    def execute(self, sql: str, params: Any = None, *, committing: bool = False,
+                prepare: bool | None = None) -> psycopg.Cursor:
         self._watchdog.arm(self.deadline)
         try:
-            return self.conn.execute(sql, params)
+            return self.conn.execute(sql, params, prepare=prepare)
         except psycopg.Error as exc:
             raise translate(exc, during_commit=committing) from exc
         finally:
@@ -104,19 +105,21 @@ class Session:
     @contextmanager
     def transaction(self) -> Iterator["Session"]:
         """BEGIN … COMMIT; any exception rolls back (quietly if the connection is gone) and propagates."""
-        self.execute("begin")
+        # Transaction control is never auto-prepared: psycopg would send the Parse on its own and wait for
+        # its reply first, so a lost reply would leave the COMMIT unsent rather than its outcome unknown.
+        self.execute("begin", prepare=False)
         try:
             yield self
         except BaseException:
             self._rollback_quietly()
             raise
-        self.execute("commit", committing=True)
+        self.execute("commit", committing=True, prepare=False)
 
     def _rollback_quietly(self) -> None:
         if self.broken:
             return
         try:
-            self.execute("rollback")
+            self.execute("rollback", prepare=False)
         except DurableError:
             self.conn.close()
 
