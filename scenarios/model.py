@@ -120,7 +120,10 @@ def parse(name: str, text: str) -> Scenario:
         if "spec" in args:
             for key in ("at", "anchor"):
                 if key in args["spec"]:
-                    relative(args["spec"][key])
+                    try:
+                        relative(args["spec"][key])
+                    except ScenarioError as exc:
+                        raise ScenarioError(f"{where}: spec.{key}: {exc}") from None
         steps.append(Step(op, args, index))
     if not steps:
         raise ScenarioError(f"{name}: no steps")

@@ -10,24 +10,52 @@ from .errors import TestHostError
 from .workspace import Workspace
 
 
-def _world_from_args(args) -> "World":
-    from .world import ExternalWorld, World, docker_world
+def cmd_certify(args) -> int:
+    from pathlib import Path
+
+    from .certify import Options, certify
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
-    if args.dsn:
-        return ExternalWorld(args.dsn, network_optional=True)
     if args.docker:
-        return docker_world(network_optional=True)
-    return World("certify", network_optional=True)
+        from .docker_world import _engine_or_error
+        _engine_or_error()  # a clear error, before any worker starts, where no engine answers
+    options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=args.jobs,
+                      scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
+                      seed=args.seed, dsn=args.dsn, docker=args.docker)
+    try:
+        code, _ = certify(options)
+    except ValueError as exc:
+        raise TestHostError(str(exc)) from None
+    return code
 
 
-def cmd_certify(args) -> int:
-    """Until the crash matrix lands: bring a world up, print its components, take it down."""
-    with _world_from_args(args) as world:
-        for name, value in world.components().items():
-            print(f"{name:12} {value}")
-        for capability, reason in sorted(world.capabilities.missing.items()):
-            print(f"{capability:12} not-run: {reason}")
+def cmd_barriers(args) -> int:
+    from barriers import CATALOG
+    for b in CATALOG:
+        print(f"{b.name:34} {b.transaction:17} {b.position:13} {'spec' if b.from_spec else '    '}  "
+              f"{b.durable_if_killed_here}")
+    return 0
+
+
+def cmd_scenarios(args) -> int:
+    from scenarios.model import load_catalog
+    scenarios = load_catalog()
+    if not args.matrix:
+        for s in scenarios:
+            print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
+            print(f"{'':32} {s.description}")
+        return 0
+    from pathlib import Path
+
+    from .certify import Options, census
+    plans, skipped = census(Options(command=args.impl or Options.command, scenario=args.scenario,
+                                    report_dir=Path("report")))
+    print(f"{len(plans)} cases planned")
+    for plan in plans:
+        print(f"  case {plan.id}")
+    print(f"{len(skipped)} combinations skipped")
+    for skip in skipped:
+        print(f"  skip {skip.scenario}/{skip.barrier}/{skip.fault}: {skip.reason}")
     return 0
 
 
@@ -61,9 +89,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     certify = sub.add_parser("certify", help="certify an implementation against the barrier suite")
-    certify.add_argument("--dsn", help="use an existing server (no clock control, no database crash)")
+    certify.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
+    certify.add_argument("--report-dir", default="report", help="where report.json goes (default: report)")
+    certify.add_argument("--jobs", type=int, default=1, help="worlds side by side (default 1)")
+    certify.add_argument("--scenario", help="only scenarios matching this glob")
+    certify.add_argument("--barrier", help="only this barrier")
+    certify.add_argument("--fault", help="only this fault (kill, disconnect, lost-commit-reply, db-crash, pause)")
+    certify.add_argument("--repeat", type=int, default=1, help="run each faulted case N times")
+    certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
+    certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
     certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
     certify.set_defaults(run=cmd_certify)
+
+    listing = sub.add_parser("barriers", help="list the barrier catalog")
+    listing.set_defaults(run=cmd_barriers)
+    scen = sub.add_parser("scenarios", help="list the scenario catalog")
+    scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
+                      "every skipped combination and why")
+    scen.add_argument("--impl", help="implementation to take the census of (default: the reference)")
+    scen.add_argument("--scenario", help="only scenarios matching this glob")
+    scen.set_defaults(run=cmd_scenarios)
 
     world = sub.add_parser("world", help="bring a world up or down by hand, to poke at it with psql")
     world.add_argument("action", choices=["up", "down", "status"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -80,7 +81,8 @@ class LostCommitReply:
     """Drop server→client bytes, release the barrier: COMMIT reaches the server, its reply never returns."""
 
     name, needs = "lost-commit-reply", (NETWORK,)
-    heal_after_s = 0.5
+    settle_s = 0.5
+    commit_timeout_s = 15.0
 
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.position == "before-commit" else "only a before-commit barrier has a commit to lose"
@@ -88,11 +90,28 @@ class LostCommitReply:
     def inject(self, run, impl, barrier, injection):
         injection.open_xid = open_write_xid(run, barrier)
         run.world.proxy.blackhole_replies()
-        # The reply to the COMMIT sent right after our barrier reply is dropped; later traffic may pass again.
-        timer = threading.Timer(self.heal_after_s, run.world.proxy.heal)
-        timer.daemon = True
-        timer.start()
-        run.on_recovery.append(timer.join)
+        # Removing the toxic closes the connection, so heal only once the server has finished the transaction
+        # (or, for one that wrote nothing, after a moment): the reply to its COMMIT is then surely lost.
+        healer = threading.Thread(target=self._heal_after_commit, args=(run, injection), daemon=True)
+        healer.start()
+        run.on_recovery.append(healer.join)
+
+    def _heal_after_commit(self, run, injection: Injection) -> None:
+        try:
+            if injection.open_xid is None:
+                time.sleep(self.settle_s)
+                return
+            deadline = time.monotonic() + self.commit_timeout_s
+            with psycopg.connect(run.store.dsn("postgres"), autocommit=True) as conn:
+                while time.monotonic() < deadline:
+                    fate = conn.execute("select pg_xact_status(%s::text::xid8)", (str(injection.open_xid),)).fetchone()[0]
+                    if fate != "in progress":
+                        injection.details["server_fate_before_heal"] = fate
+                        return
+                    time.sleep(0.01)
+                injection.details["server_fate_before_heal"] = "still in progress"
+        finally:
+            run.world.proxy.heal()
 
 
 class DbCrash:

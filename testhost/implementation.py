@@ -9,7 +9,6 @@ import shlex
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +18,8 @@ from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
 from .errors import TestHostError
 
-TIMEOUT = {t.name: t.seconds for t in TIMEOUTS}
+# The protocol's timeouts; CRASHPROOF_<NAME>_TIMEOUT_S overrides one on the host side (tests shorten them).
+TIMEOUT = {t.name: float(os.environ.get(f"CRASHPROOF_{t.name.upper()}_TIMEOUT_S", t.seconds)) for t in TIMEOUTS}
 _EOF = object()
 
 
@@ -124,8 +124,9 @@ class Implementation:
         except (BrokenPipeError, ValueError, OSError):
             pass  # it died; the reader reports EOF
 
-    def request(self, op: str, args: dict, timeout: float = TIMEOUT["operation"]) -> Response:
+    def request(self, op: str, args: dict, timeout: float | None = None) -> Response:
         """Send one request; serve its barrier hits through on_barrier until the response (or death)."""
+        timeout = TIMEOUT["operation"] if timeout is None else timeout
         with self._lock:
             request_id = self._next_id
             self._next_id += 1
@@ -178,12 +179,3 @@ class Implementation:
                     stream.close()
                 except OSError:
                     pass
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()

@@ -1,0 +1,259 @@
+"""`crashproof certify`: the controller. Worlds live in worker processes (one per job); the controller
+plans the matrix from a fault-free census, hands out cases, survives worker crashes, and writes the report."""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import multiprocessing
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from barriers import CATALOG
+from reports import report as reports
+from scenarios.matrix import expand, select
+from scenarios.model import Scenario, load_catalog
+
+from .faults import FAULTS
+from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
+
+SUITE = "crashproof-barrier-suite-1"
+
+
+# -- worker side ----------------------------------------------------------------------------------------------
+
+_world = None
+_scenarios: dict[str, Scenario] = {}
+
+
+def _worker_init(mode: dict) -> None:
+    global _world, _scenarios
+    from .world import ExternalWorld, World, docker_world
+    if mode.get("dsn"):
+        _world = ExternalWorld(mode["dsn"], network_optional=True)
+    elif mode.get("docker"):
+        _world = docker_world(network_optional=True)
+    else:
+        _world = World("certify", network_optional=True)
+    _world.up()
+    atexit.register(_world.down)
+    _scenarios = {s.name: s for s in load_catalog()}
+
+
+def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None) -> dict:
+    outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline)
+    return {"case": outcome.to_json(), "picture": outcome.picture, "implementation": outcome.implementation}
+
+
+def _worker_environment() -> dict:
+    return {**_world.components(), "capabilities_missing": dict(_world.capabilities.missing)}
+
+
+# -- controller side ------------------------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    command: str = REFERENCE_COMMAND
+    report_dir: Path = Path("report")
+    jobs: int = 1
+    scenario: str | None = None
+    barrier: str | None = None
+    fault: str | None = None
+    repeat: int = 1
+    seed: int = 0
+    dsn: str | None = None
+    docker: bool = False
+    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+class Progress:
+    """Cases done, failures so far and time left, on one refreshed line (or every tenth when not a terminal)."""
+
+    def __init__(self, total: int, emit: Callable[[str], None], label: str):
+        self.total, self.emit, self.label = total, emit, label
+        self.done = self.failed = 0
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self._last_tenth = -1
+
+    def update(self, verdict: str) -> None:
+        self.done += 1
+        self.failed += verdict in ("fail", "error")
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        width = 30
+        bar = "=" * int(width * self.done / max(self.total, 1))
+        line = (f"{self.label} [{bar:<{width}}] {self.done}/{self.total} cases, {self.failed} failed, "
+                f"~{int(left)}s left")
+        tenth = int(10 * self.done / max(self.total, 1))
+        if self.tty:
+            print("\r" + line, end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+        elif tenth != self._last_tenth or self.done == self.total:
+            self._last_tenth = tenth
+            self.emit(line)
+
+
+def _error_case(plan: CasePlan, reason: str) -> dict:
+    return CaseOutcome(plan, "error", reason).to_json()
+
+
+def run_cases(pool_factory, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
+              progress: Progress) -> list[dict]:
+    """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed."""
+    results: list[dict] = []
+    queue = list(plans)
+    pool = pool_factory()
+    in_flight: dict = {}
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < pool._max_workers * 2:
+                plan, baseline = queue.pop(0)
+                in_flight[pool.submit(_worker_run, plan, command, log_dir, baseline)] = plan
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            broken = False
+            for future in done:
+                plan = in_flight.pop(future)
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
+                    broken = True
+                except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
+                    result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
+                results.append({**result, "plan": plan})
+                progress.update(result["case"]["verdict"])
+            if broken:
+                for future, plan in in_flight.items():  # their worker pool is gone too: run them again
+                    queue.insert(0, (plan, None))
+                in_flight.clear()
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = pool_factory()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def suite_version(scenarios: list[Scenario]) -> str:
+    digest = hashlib.sha256()
+    for barrier in CATALOG:
+        digest.update(barrier.name.encode())
+    for scenario in scenarios:
+        digest.update(scenario.source.encode())
+    return f"{SUITE}+{digest.hexdigest()[:12]}"
+
+
+def _validate(options: Options) -> list[Scenario]:
+    scenarios = select(load_catalog(), options.scenario)
+    if not scenarios:
+        raise ValueError(f"no scenario matches {options.scenario!r}")
+    if options.barrier and options.barrier not in {b.name for b in CATALOG}:
+        raise ValueError(f"no barrier named {options.barrier!r}; see `crashproof barriers`")
+    if options.fault and options.fault not in FAULTS:
+        raise ValueError(f"no fault named {options.fault!r}; choose from {', '.join(FAULTS)}")
+    if options.jobs < 1 or options.repeat < 1:
+        raise ValueError("--jobs and --repeat must be at least 1")
+    return scenarios
+
+
+def _pool_factory(options: Options):
+    mode = {"dsn": options.dsn, "docker": options.docker}
+    context = multiprocessing.get_context("spawn")
+    return lambda: ProcessPoolExecutor(max_workers=options.jobs, mp_context=context, initializer=_worker_init,
+                                       initargs=(mode,))
+
+
+def _census(options: Options, scenarios: list[Scenario], pool_factory, log_dir: Path):
+    """The fault-free run of every scenario: its verdict, the barriers it reaches, its final picture."""
+    progress = Progress(len(scenarios), options.progress, "fault-free")
+    results = run_cases(pool_factory, [(CasePlan(s.name), None) for s in scenarios], options.command,
+                        str(log_dir), progress)
+    census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
+    plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
+                            repeat=options.repeat)
+    return results, census, plans, skipped
+
+
+def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> None:
+    """A barrier the reference reaches in a scenario must be reached by the implementation too: a planned
+    barrier that never fires would leave its faults untested."""
+    missing = sorted(set(reference_hits) - set(case["barrier_hits"]))
+    check = {"name": "barrier-coverage", "rule": "harness: a planned barrier that never fired makes the run fail",
+             "ok": not missing, "rows": len(reference_hits),
+             "evidence": [{"not_reached": missing, "reference_reaches": sorted(reference_hits)}] if missing else []}
+    case["checks"].append(check)
+    if missing and case["verdict"] == "pass":
+        case["verdict"], case["reason"] = "fail", "barrier-coverage"
+
+
+def census(options: Options):
+    """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
+    scenarios = _validate(options)
+    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
+    _, _, plans, skipped = _census(options, scenarios, _pool_factory(options), log_dir)
+    return plans, skipped
+
+
+def certify(options: Options) -> tuple[int, dict]:
+    started = time.monotonic()
+    started_at = datetime.now(timezone.utc).isoformat()
+    scenarios = _validate(options)
+    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
+    pool_factory = _pool_factory(options)
+    with pool_factory() as probe:
+        environment = probe.submit(_worker_environment).result()
+    environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
+
+    census_results, census_hits, plans, skipped = _census(options, scenarios, pool_factory, log_dir)
+    if options.command != REFERENCE_COMMAND:
+        reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND})
+        _, reference_hits, _, _ = _census(reference, scenarios, pool_factory, log_dir)
+        for result in census_results:
+            _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
+    pictures = {r["plan"].scenario: r["picture"] for r in census_results}
+    random.Random(options.seed).shuffle(plans)
+    faulted_progress = Progress(len(plans), options.progress, "faulted")
+    faulted = run_cases(pool_factory, [(p, pictures.get(p.scenario)) for p in plans], options.command,
+                        str(log_dir), faulted_progress)
+
+    cases = [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
+    run_problems = []
+    if options.scenario is None and options.barrier is None:
+        reached = {name for hits in census_hits.values() for name in hits}
+        for barrier in CATALOG:
+            if barrier.name not in reached:
+                run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
+    identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
+    fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
+    report = reports.build(
+        suite_version=suite_version(scenarios),
+        implementation={"command": options.command, "identity": identity, "fallbacks": fallbacks,
+                        "fallback_note": ("set-up steps the implementation does not offer ran through the reference "
+                                          "client over the normative schema: " + ", ".join(fallbacks)) if fallbacks
+                        else ""},
+        environment=environment,
+        run={"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
+             "selection": {"scenario": options.scenario, "barrier": options.barrier, "fault": options.fault,
+                           "repeat": options.repeat},
+             "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": str(log_dir)},
+        cases=cases)
+    path = reports.write(report, options.report_dir)
+    summary = report["summary"]
+    ok = summary["passed"] == summary["cases"] and not run_problems and summary["cases"] > 0
+    print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
+          f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
+    for problem in run_problems:
+        print(f"run problem: {problem}")
+    for case in cases:
+        if case["verdict"] != "pass":
+            print(f"  {case['verdict']:7} {case['id']}: {case['reason']}")
+    return (0 if ok else 1), report

@@ -1,0 +1,34 @@
+"""A certification run against adapters that break the protocol: each case ends with a clear `error`
+verdict naming what went wrong, and the run goes on to the next case."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from testhost.certify import Options, certify
+
+BROKEN = Path(__file__).parent / "adapters" / "broken.py"
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("crash-at-start", "exited before its hello"),
+    ("no-process-due", "lacks the mandatory operation"),
+    ("bad-json", "not a JSON line"),
+    ("hang", "no the response to process-due within"),
+    ("unknown-message", "unexpected message type 'gossip'"),
+    ("wrong-id", "does not match request"),
+])
+def test_broken_adapter_gives_error_verdicts_and_the_run_goes_on(mode, reason, tmp_path, monkeypatch):
+    monkeypatch.setenv("CRASHPROOF_OPERATION_TIMEOUT_S", "2")
+    monkeypatch.setenv("CRASHPROOF_HELLO_TIMEOUT_S", "5")
+    lines = []
+    code, report = certify(Options(command=f"{sys.executable} {BROKEN} {mode}", scenario="a*",
+                                   report_dir=tmp_path, progress=lines.append))
+    assert code == 1
+    cases = report["cases"]
+    assert [c["scenario"] for c in cases] == ["after-single", "anomaly-suspends", "at-single"]
+    assert all(c["verdict"] == "error" for c in cases), [c["reason"] for c in cases]
+    assert all(reason in c["reason"] for c in cases), [c["reason"] for c in cases]
+    assert report["summary"]["error"] == 3 and (tmp_path / "report.json").exists()

@@ -1,0 +1,135 @@
+"""The checks on hand-written states: each invariant passes a correct state and fails a broken one, and
+names the spec rule it guards. No database: the states are written out here."""
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from testhost.checks import INVARIANTS, equivalence, expectations, normalize, universal
+from testhost.identity import expected_work
+from testhost.state import StoreState
+
+T = datetime(2031, 3, 3, tzinfo=timezone.utc)
+S = uuid.UUID("00000000-0000-4000-8000-000000000001")
+SCOPE = "tenant-a"
+
+
+def _generation(n=1, accepted=T, kind="every"):
+    return {"scope_id": SCOPE, "schedule_id": S, "generation": n, "schedule_kind": kind, "anchor_utc": T,
+            "at_utc": None, "accepted_at_utc": accepted, "target_command": "report"}
+
+
+def _occurrence(first_s, *, last_s=None, kind="nominal", state="materialized", generation=1, materialized_s=None):
+    first = T + timedelta(seconds=first_s)
+    last = T + timedelta(seconds=last_s if last_s is not None else first_s)
+    occ = {"scope_id": SCOPE, "schedule_id": S, "generation": generation, "occurrence_kind": kind,
+           "first_nominal_utc": first, "last_nominal_utc": last, "state": state, "work_id": None,
+           "work_idempotency_key": None, "work_command": None, "work_activity": None,
+           "decided_at_utc": last + timedelta(seconds=1),
+           "materialized_at_utc": (T + timedelta(seconds=materialized_s if materialized_s is not None else first_s + 1))
+           if state == "materialized" else None}
+    if state == "materialized":
+        w = expected_work(SCOPE, S, generation, kind, first, "report")
+        occ.update(work_id=w["work_id"], work_idempotency_key=w["idempotency_key"], work_command=w["command"],
+                   work_activity=w["activity"])
+    return occ
+
+
+def _work_for(occ, state="succeeded", terminal_s=None):
+    return {"scope_id": SCOPE, "work_id": occ["work_id"], "idempotency_key": occ["work_idempotency_key"],
+            "command": occ["work_command"], "activity": occ["work_activity"], "state": state,
+            "terminal_at_utc": (T + timedelta(seconds=terminal_s)) if state in ("succeeded", "failed", "canceled")
+            else None}
+
+
+def good_state() -> StoreState:
+    """Every 60 s: two nominal occurrences, the first Work done before the second began, then a pending
+    coalesced one behind the running second Work; cursor at the last cutoff; nothing due."""
+    o1, o2 = _occurrence(60), _occurrence(120, materialized_s=125)
+    o3 = _occurrence(180, last_s=240, kind="coalesced", state="pending")
+    return StoreState(
+        now=T + timedelta(seconds=300),
+        definitions=[{"schedule_id": S, "lifecycle_state": "active", "suspension_reason": None,
+                      "active_generation": 1, "cursor_utc": T + timedelta(seconds=241), "revision": 1}],
+        generations=[_generation()],
+        occurrences=[o1, o2, o3],
+        work=[_work_for(o1, terminal_s=100), _work_for(o2, state="running")],
+        dispatch=[{"schedule_id": S, "lease_state": "ready", "claimable_at_utc": T + timedelta(seconds=360)}],
+        history=[])
+
+
+def _check(name):
+    return next(run for n, _, run in INVARIANTS if n == name)
+
+
+def test_a_correct_state_passes_every_invariant_and_each_examines_rows():
+    results = universal(good_state())
+    assert all(r.ok for r in results), [r.to_json() for r in results if not r.ok]
+    assert all(r.rule for r in results)
+    assert {r.name for r in results if r.rows == 0} <= {"suspension-keeps-the-cursor"}
+
+
+def _break(mutate):
+    state = good_state()
+    mutate(state)
+    return state
+
+
+BREAKAGES = {
+    "one-occurrence-per-identity": lambda s: s.occurrences.append(dict(s.occurrences[0])),
+    "one-work-per-materialized-occurrence": lambda s: s.work.append({**s.work[0], "work_id": uuid.uuid4()}),
+    "deterministic-work-identity": lambda s: s.work.__setitem__(0, {**s.work[0], "activity": "something/else"}),
+    "link-compare-or-return": lambda s: s.occurrences.__setitem__(
+        0, {**s.occurrences[0], "work_command": "other"}),
+    "cursor-within-decisions-and-cutoff": lambda s: s.definitions.__setitem__(
+        0, {**s.definitions[0], "cursor_utc": T + timedelta(seconds=200)}),
+    "at-most-one-pending-coalesced": lambda s: s.occurrences.append(
+        _occurrence(250, kind="coalesced", state="pending")),
+    "queue-one-slot": lambda s: s.work.__setitem__(0, {**s.work[0], "state": "running", "terminal_at_utc": None}),
+    "nothing-materialized-for-superseded-or-suspended": lambda s: s.generations.append(
+        _generation(2, accepted=T + timedelta(seconds=110))),
+    "gate-a-writes-three-states": lambda s: s.occurrences.__setitem__(2, {**s.occurrences[2], "state": "claimed"}),
+    "suspension-keeps-the-cursor": lambda s: (
+        s.definitions.__setitem__(0, {**s.definitions[0], "lifecycle_state": "suspended",
+                                      "suspension_reason": "clock-anomaly"}),
+        s.history.append({"schedule_id": S, "event": "suspended", "recorded_at_utc": T + timedelta(seconds=299),
+                          "detail": {"reason": "clock-anomaly", "cursor_utc": "2031-03-03T00:02:00.000000Z"}})),
+    "recovered-nothing-due": lambda s: s.dispatch.__setitem__(0, {**s.dispatch[0], "lease_state": "leased"}),
+}
+
+
+def test_every_invariant_has_a_breakage_here():
+    assert set(BREAKAGES) == {name for name, _, _ in INVARIANTS}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKAGES))
+def test_each_invariant_fails_its_broken_state_with_evidence(name):
+    result = _check(name)(_break(BREAKAGES[name]))
+    assert not result.ok and result.evidence, name
+    others = [r.name for r in universal(_break(BREAKAGES[name])) if not r.ok]
+    assert name in others
+
+
+def test_materialized_while_the_slot_was_held_is_caught_even_when_both_works_are_done():
+    state = _break(lambda s: s.work.__setitem__(0, {**s.work[0], "terminal_at_utc": T + timedelta(seconds=130)}))
+    result = _check("queue-one-slot")(state)
+    assert not result.ok and "materialized_while_slot_held" in result.evidence[0]
+
+
+def test_expectations_and_equivalence():
+    state = good_state()
+    ids = {"report": S}
+    resolve = lambda value, generation: T + timedelta(seconds=float(value.lstrip("+").rstrip("s")))  # noqa: E731
+    want = {"report": {"lifecycle": "active", "works": 2, "occurrences": [
+        {"generation": 1, "kind": "nominal", "first": "+60s", "last": "+60s", "state": "materialized"},
+        {"generation": 1, "kind": "nominal", "first": "+120s", "last": "+120s", "state": "materialized"},
+        {"generation": 1, "kind": "coalesced", "first": "+180s", "last": "+240s", "state": "pending"}]}}
+    assert expectations(state, want, ids, resolve).ok
+    want["report"]["occurrences"][2]["last"] = "+180s"
+    missed = expectations(state, want, ids, resolve)
+    assert not missed.ok and missed.evidence[0]["schedule"] == "report"
+    picture = normalize(state, ids)
+    assert equivalence(picture, picture).ok
+    other = normalize(_break(lambda s: s.occurrences.pop()), ids)
+    assert not equivalence(other, picture).ok

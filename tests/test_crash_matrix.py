@@ -1,0 +1,53 @@
+"""The crash matrix itself, against the reference: a slice with every barrier × every applicable fault, and
+the harness's refusal to pass a run in which a planned barrier or fault never fired."""
+
+import sys
+from pathlib import Path
+
+from barriers import CATALOG
+from reports.report import validate
+from scenarios.model import load_catalog
+from testhost.certify import Options, certify
+from testhost.faults import FAULTS
+from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
+
+ADAPTERS = Path(__file__).parent / "adapters"
+
+
+def test_slice_every_barrier_times_every_fault_passes(tmp_path):
+    lines = []
+    code, report = certify(Options(scenario="coalesce-terminal-callback", jobs=2, report_dir=tmp_path,
+                                   progress=lines.append))
+    assert validate(report) == []
+    failing = [(c["id"], c["reason"]) for c in report["cases"] if c["verdict"] != "pass"]
+    assert code == 0 and not failing, failing
+    faulted = [c for c in report["cases"] if c["fault"]]
+    wanted = {(b.name, f) for b in CATALOG for f, plugin in FAULTS.items() if plugin.applies(b) is None}
+    assert {(c["barrier"], c["fault"]) for c in faulted} == wanted
+    for case in faulted:
+        names = {check["name"] for check in case["checks"]}
+        assert {"planned-fault-fired", "crash-equivalence", "scenario-expectations",
+                "one-work-per-materialized-occurrence"} <= names
+        assert any(e["event"] == "fault-injected" for e in case["timeline"])
+    fates = [check for c in faulted for check in c["checks"] if check["name"] == "transaction-fate"]
+    assert any(c["evidence"] == [] for c in fates) and len(fates) >= 8  # the verifier confirmed what committed
+    assert any("faulted [" in line for line in lines)
+
+
+def test_a_planned_barrier_hit_that_never_comes_fails_the_case(world, tmp_path):
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    outcome = run_case(world, scenario, CasePlan("at-single", "schedule-link-after-commit", "kill", 99),
+                       REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "fail"
+    fired = next(c for c in outcome.checks if c.name == "planned-fault-fired")
+    assert not fired.ok and fired.evidence[0]["hits_seen"]["schedule-link-after-commit"] == 1
+
+
+def test_an_implementation_that_skips_a_barrier_fails_certification(tmp_path):
+    command = f"{sys.executable} {ADAPTERS / 'skips_barrier.py'} schedule-decision-before-commit"
+    code, report = certify(Options(command=command, scenario="at-single", report_dir=tmp_path,
+                                   fault="kill", progress=lambda line: None))
+    assert code == 1
+    census = next(c for c in report["cases"] if c["fault"] is None)
+    assert census["verdict"] == "fail" and census["reason"] == "barrier-coverage"
+    assert not any(c["barrier"] == "schedule-decision-before-commit" for c in report["cases"] if c["fault"])

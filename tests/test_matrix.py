@@ -1,0 +1,42 @@
+"""Matrix expansion: scenario × barrier × fault × hit, skipping only what cannot happen, with the reason."""
+
+from barriers import BY_NAME, CATALOG
+from scenarios.matrix import expand, hits_for
+from scenarios.model import load_catalog
+from testhost.faults import FAULTS
+
+
+def test_hits_first_and_last():
+    assert hits_for(0) == [] and hits_for(1) == [1] and hits_for(4) == [1, 4]
+
+
+def test_unreached_barriers_and_impossible_faults_are_skipped_with_reasons():
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    census = {"at-single": {"schedule-claim-before-commit": 1, "schedule-decision-before-commit": 2}}
+    plans, skipped = expand([scenario], census, FAULTS)
+    planned = {(p.barrier, p.fault, p.hit) for p in plans}
+    assert ("schedule-claim-before-commit", "lost-commit-reply", 1) in planned
+    assert ("schedule-decision-before-commit", "kill", 2) in planned
+    assert ("schedule-decision-before-commit", "kill", 1) in planned
+    reasons = {(s.barrier, s.fault): s.reason for s in skipped}
+    assert "never reaches schedule-link-after-commit" in reasons[("schedule-link-after-commit", "*")]
+    assert all(p.barrier in census["at-single"] for p in plans)
+    assert len(plans) == 2 * len(FAULTS) + len(FAULTS)  # two hits of one barrier, one of the other
+
+
+def test_fault_applicability():
+    for barrier in CATALOG:
+        lost = FAULTS["lost-commit-reply"].applies(barrier)
+        assert (lost is None) == (barrier.position == "before-commit")
+        pause = FAULTS["pause"].applies(barrier)
+        assert (pause is None) == (not barrier.name.startswith("work-terminal"))
+    assert FAULTS["kill"].applies(BY_NAME["schedule-link-after-commit"]) is None
+
+
+def test_filters_and_repeat():
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    census = {"at-single": {b.name: 1 for b in CATALOG}}
+    plans, _ = expand([scenario], census, FAULTS, barrier="schedule-claim-after-commit", fault="kill", repeat=3)
+    assert [p.id for p in plans] == ["at-single/schedule-claim-after-commit/kill/1",
+                                     "at-single/schedule-claim-after-commit/kill/1#2",
+                                     "at-single/schedule-claim-after-commit/kill/1#3"]

@@ -1,0 +1,39 @@
+"""Scenarios as data: the catalog loads, and a malformed scenario is refused with the file, step and field."""
+
+import pytest
+
+from scenarios.model import ScenarioError, load_catalog, parse, relative, T0
+from datetime import timedelta
+
+
+def test_catalog_has_at_least_ten_scenarios_covering_the_required_ground():
+    scenarios = load_catalog()
+    assert len(scenarios) >= 10
+    covered = {c for s in scenarios for c in s.covers}
+    assert {"at", "after", "every", "anchored", "unanchored", "recovery", "coalesced", "requeue", "update",
+            "superseded", "race", "maximum-schedules"} <= covered
+    for s in scenarios:
+        assert s.description and s.expect, s.name
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[[steps]]\nop = "fly"\n', "op 'fly' is not one of"),
+    ('[[steps]]\nop = "create"\nschedule = "a"\n', "create needs spec"),
+    ('[[steps]]\nop = "advance"\nseconds = "ten"\n', "seconds has the wrong type"),
+    ('[[steps]]\nop = "advance"\nseconds = 1\nhow = "fast"\n', "advance takes no how"),
+    ('[[steps]]\nop = "delete"\nschedule = "a"\n', "used before it is created"),
+    ('[[steps]]\nop = "create"\nschedule = "a"\nspec = { kind = "at", at = "tomorrow" }\n', r"must look like \+90s"),
+    ('steps = [', "not valid TOML"),
+    ('description = "x"\n', "no steps"),
+    ('[[steps]]\nop = "drain"\n[expect.b]\nworks = 1\n', "expectations for 'b'"),
+])
+def test_malformed_scenarios_are_refused_clearly(text, message):
+    with pytest.raises(ScenarioError, match=message) as caught:
+        parse("bad", text)
+    assert str(caught.value).startswith("bad")
+
+
+def test_relative_times():
+    assert relative("+90s") == T0 + timedelta(seconds=90)
+    assert relative("-5s") == T0 - timedelta(seconds=5)
+    assert relative("accepted+5s", T0 + timedelta(seconds=1)) == T0 + timedelta(seconds=6)
