@@ -107,39 +107,48 @@ def _error_case(plan: CasePlan, reason: str) -> dict:
     return CaseOutcome(plan, "error", reason).to_json()
 
 
-def run_cases(pool_factory, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
+class Pool:
+    """The worker pool of a run, kept across its phases; renewed only when a worker dies."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.executor = factory()
+
+    def renew(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.executor = self.factory()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
               progress: Progress) -> list[dict]:
     """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed."""
     results: list[dict] = []
     queue = list(plans)
-    pool = pool_factory()
     in_flight: dict = {}
-    try:
-        while queue or in_flight:
-            while queue and len(in_flight) < pool._max_workers * 2:
-                plan, baseline = queue.pop(0)
-                in_flight[pool.submit(_worker_run, plan, command, log_dir, baseline)] = plan
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-            broken = False
-            for future in done:
-                plan = in_flight.pop(future)
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
-                    broken = True
-                except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
-                    result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
-                results.append({**result, "plan": plan})
-                progress.update(result["case"]["verdict"])
-            if broken:
-                for future, plan in in_flight.items():  # their worker pool is gone too: run them again
-                    queue.insert(0, (plan, None))
-                in_flight.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = pool_factory()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    while queue or in_flight:
+        while queue and len(in_flight) < pool.executor._max_workers * 2:
+            plan, baseline = queue.pop(0)
+            in_flight[pool.executor.submit(_worker_run, plan, command, log_dir, baseline)] = (plan, baseline)
+        done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+        broken = False
+        for future in done:
+            plan, baseline = in_flight.pop(future)
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
+                broken = True
+            except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
+                result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
+            results.append({**result, "plan": plan})
+            progress.update(result["case"]["verdict"])
+        if broken:
+            queue[:0] = list(in_flight.values())  # their worker pool is gone too: run them again
+            in_flight.clear()
+            pool.renew()
     return results
 
 
@@ -172,10 +181,10 @@ def _pool_factory(options: Options):
                                        initargs=(mode,))
 
 
-def _census(options: Options, scenarios: list[Scenario], pool_factory, log_dir: Path):
+def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path):
     """The fault-free run of every scenario: its verdict, the barriers it reaches, its final picture."""
     progress = Progress(len(scenarios), options.progress, "fault-free")
-    results = run_cases(pool_factory, [(CasePlan(s.name), None) for s in scenarios], options.command,
+    results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
                         str(log_dir), progress)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
@@ -199,7 +208,11 @@ def census(options: Options):
     """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
     scenarios = _validate(options)
     log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
-    _, _, plans, skipped = _census(options, scenarios, _pool_factory(options), log_dir)
+    pool = Pool(_pool_factory(options))
+    try:
+        _, _, plans, skipped = _census(options, scenarios, pool, log_dir)
+    finally:
+        pool.close()
     return plans, skipped
 
 
@@ -208,22 +221,23 @@ def certify(options: Options) -> tuple[int, dict]:
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios = _validate(options)
     log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
-    pool_factory = _pool_factory(options)
-    with pool_factory() as probe:
-        environment = probe.submit(_worker_environment).result()
-    environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
-
-    census_results, census_hits, plans, skipped = _census(options, scenarios, pool_factory, log_dir)
-    if options.command != REFERENCE_COMMAND:
-        reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND})
-        _, reference_hits, _, _ = _census(reference, scenarios, pool_factory, log_dir)
-        for result in census_results:
-            _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
-    pictures = {r["plan"].scenario: r["picture"] for r in census_results}
-    random.Random(options.seed).shuffle(plans)
-    faulted_progress = Progress(len(plans), options.progress, "faulted")
-    faulted = run_cases(pool_factory, [(p, pictures.get(p.scenario)) for p in plans], options.command,
-                        str(log_dir), faulted_progress)
+    pool = Pool(_pool_factory(options))
+    try:
+        environment = pool.executor.submit(_worker_environment).result()
+        environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
+        census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir)
+        if options.command != REFERENCE_COMMAND:
+            reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND})
+            _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir)
+            for result in census_results:
+                _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
+        pictures = {r["plan"].scenario: r["picture"] for r in census_results}
+        random.Random(options.seed).shuffle(plans)
+        faulted_progress = Progress(len(plans), options.progress, "faulted")
+        faulted = run_cases(pool, [(p, pictures.get(p.scenario)) for p in plans], options.command,
+                            str(log_dir), faulted_progress)
+    finally:
+        pool.close()
 
     cases = [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
     run_problems = []

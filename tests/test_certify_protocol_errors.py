@@ -24,11 +24,11 @@ def test_broken_adapter_gives_error_verdicts_and_the_run_goes_on(mode, reason, t
     monkeypatch.setenv("CRASHPROOF_OPERATION_TIMEOUT_S", "2")
     monkeypatch.setenv("CRASHPROOF_HELLO_TIMEOUT_S", "5")
     lines = []
-    code, report = certify(Options(command=f"{sys.executable} {BROKEN} {mode}", scenario="a*",
+    code, report = certify(Options(command=f"{sys.executable} {BROKEN} {mode}", scenario="a[ft]*",
                                    report_dir=tmp_path, progress=lines.append))
     assert code == 1
     cases = report["cases"]
-    assert [c["scenario"] for c in cases] == ["after-single", "anomaly-suspends", "at-single"]
+    assert [c["scenario"] for c in cases] == ["after-single", "at-single"]
     assert all(c["verdict"] == "error" for c in cases), [c["reason"] for c in cases]
     assert all(reason in c["reason"] for c in cases), [c["reason"] for c in cases]
-    assert report["summary"]["error"] == 3 and (tmp_path / "report.json").exists()
+    assert report["summary"]["error"] == 2 and (tmp_path / "report.json").exists()
