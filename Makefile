@@ -3,6 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 REPORT_DIR ?= report
+JOBS ?= 2
 
 .PHONY: setup test certify bench clean
 
@@ -13,7 +14,7 @@ test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 certify: setup
-	$(VENV)/bin/crashproof certify
+	$(VENV)/bin/crashproof certify --jobs $(JOBS) --report-dir $(REPORT_DIR)
 
 bench: setup
 	$(PY) -m bench

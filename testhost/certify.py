@@ -220,6 +220,9 @@ def certify(options: Options) -> tuple[int, dict]:
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios = _validate(options)
+    if options.dsn:
+        from .world import ExternalWorld
+        ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
     log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
     pool = Pool(_pool_factory(options))
     try:

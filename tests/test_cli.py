@@ -53,18 +53,27 @@ def test_world_up_outlives_the_command_then_down_removes_it(home):
     assert missing.returncode == 2 and "no world named cli" in missing.stderr
 
 
-def test_certify_prints_components_and_versions(home):
-    result = _run(home, "certify")
-    assert result.returncode == 0, result.stderr
-    assert "postgres" in result.stdout and "toxiproxy    2.12.0" in result.stdout
+def test_certify_writes_a_report_with_components_and_versions(home):
+    report_dir = home / "report"
+    result = _run(home, "certify", "--scenario", "at-single", "--barrier", "schedule-link-after-commit",
+                  "--fault", "kill", "--report-dir", str(report_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["summary"] == {"cases": 2, "passed": 2, "failed": 0, "error": 0, "not_run": 0}
+    assert report["environment"]["toxiproxy"].startswith("2.12.0")
+    assert report["implementation"]["identity"] == "crashproof-reference"
+    assert "2 cases: 2 passed" in result.stdout
     assert pids_with_cwd_or_arg(str(home)) == []
 
 
-def test_certify_with_dsn_reports_what_it_cannot_do(home, world):
-    result = _run(home, "certify", "--dsn", world.admin_dsn())
-    assert result.returncode == 0, result.stderr
-    assert "clock        not-run: external server (--dsn)" in result.stdout
-    assert "db-crash     not-run: external server (--dsn)" in result.stdout
+def test_certify_with_dsn_reports_cases_needing_the_clock_as_not_run(home, world):
+    report_dir = home / "report"
+    result = _run(home, "certify", "--dsn", world.admin_dsn(), "--scenario", "at-single", "--fault", "kill",
+                  "--report-dir", str(report_dir))
+    assert result.returncode == 1
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["summary"]["not_run"] == report["summary"]["cases"] == 1
+    assert "external server (--dsn): the harness cannot move its clock" in report["cases"][0]["reason"]
 
 
 def test_certify_with_unreachable_dsn_is_one_line(home):
@@ -78,3 +87,30 @@ def test_certify_with_docker_and_no_engine_is_one_line(home):
     result = _run(home, "certify", "--docker", DOCKER_HOST=f"unix://{home}/none.sock")
     assert result.returncode == 2
     assert "no Docker engine answers" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_barriers_and_scenarios_list_the_catalogs(home):
+    barriers_out = _run(home, "barriers")
+    assert barriers_out.returncode == 0
+    for name in ("schedule-decision-before-commit", "schedule-decision-after-commit", "schedule-bridge-before-commit",
+                 "schedule-link-after-commit", "schedule-work-after-acceptance"):
+        assert name in barriers_out.stdout
+    listing = _run(home, "scenarios")
+    assert listing.returncode == 0 and "coalesce-terminal-callback" in listing.stdout
+
+
+def test_scenarios_matrix_lists_cases_and_every_skip_with_its_reason(home):
+    result = _run(home, "scenarios", "--matrix", "--scenario", "anomaly-suspends")
+    assert result.returncode == 0, result.stderr
+    assert "case anomaly-suspends/schedule-decision-after-commit/pause/1" in result.stdout
+    assert ("skip anomaly-suspends/schedule-link-after-commit/*: the fault-free run of anomaly-suspends never "
+            "reaches schedule-link-after-commit") in result.stdout
+    assert ("skip anomaly-suspends/schedule-decision-after-commit/lost-commit-reply: only a before-commit barrier "
+            "has a commit to lose") in result.stdout
+
+
+def test_certify_refuses_unknown_selections_in_one_line(home):
+    for args, needle in ((["--scenario", "nope*"], "no scenario matches"), (["--barrier", "nope"], "no barrier named"),
+                         (["--fault", "flood"], "no fault named")):
+        result = _run(home, "certify", *args)
+        assert result.returncode == 2 and needle in result.stderr and result.stderr.count("\n") == 1
