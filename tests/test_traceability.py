@@ -1,0 +1,142 @@
+"""docs/traceability.md maps every sentence of the normative spec to the tests that pin it. Pure: no database.
+
+The spec is split into sentences by one fixed rule (below); the page must quote each sentence exactly once as a
+`- > ` entry, each entry must cite at least one test id (`tests/<file>.py::<function>`) or say why it is
+`outside Gate A:`, every cited test must exist, and no entry may quote text that is no longer a spec sentence.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "traceability.md"
+SPEC = Path(os.environ.get("CRASHPROOF_SPEC", "/work/shared/spec/durable-schedule-protocol-v1.txt"))
+
+SENTENCE_BREAK = re.compile(r"(?<=[.:])\s+(?=[A-Z(0-9])")
+LIST_NUMBER = re.compile(r"\d+\.")
+ENTRY = "- > "
+TEST_ID = re.compile(r"^  - (tests/[\w/]+\.py)::(\w+)$")
+OUTSIDE = re.compile(r"^  - outside Gate A: .+, see docs/protocol-notes\.md$")
+
+
+def is_heading(line: str) -> bool:
+    """A section heading: a non-empty line that does not end with '.' or ':' and is shorter than 80 characters."""
+    text = line.strip()
+    return bool(text) and not text.endswith((".", ":")) and len(text) < 80
+
+
+def split_spec(text: str) -> list[tuple[str, list[str]]]:
+    """[(section heading, [sentence, ...]), ...]: the title line and the headings dropped from the text, the
+    remaining paragraphs joined, each split at SENTENCE_BREAK, stripped, list numbers ("1.") dropped, internal
+    whitespace normalized to single spaces."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        if paragraph:
+            for piece in SENTENCE_BREAK.split(" ".join(paragraph)):
+                sentence = " ".join(piece.split())
+                if sentence and not LIST_NUMBER.fullmatch(sentence):
+                    sections[-1][1].append(sentence)
+            paragraph.clear()
+
+    for line in text.splitlines()[1:]:  # the first line is the title
+        if not line.strip():
+            flush()
+        elif is_heading(line):
+            flush()
+            sections.append((line.strip(), []))
+        else:
+            paragraph.append(line.strip())
+    flush()
+    return [(heading, sentences) for heading, sentences in sections if sentences or heading]
+
+
+@cache
+def spec_sentences() -> tuple[str, ...]:
+    assert SPEC.is_file(), f"the normative spec is not at {SPEC} (set CRASHPROOF_SPEC to its path)"
+    return tuple(s for _, sentences in split_spec(SPEC.read_text(encoding="utf-8")) for s in sentences)
+
+
+@cache
+def page_entries() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """(line number, quoted sentence, (sub-bullet lines, ...)) for every `- > ` entry of the page."""
+    entries: list[tuple[int, str, list[str]]] = []
+    current: list[str] | None = None  # the sub-bullets of the entry being read, None outside an entry
+    for number, line in enumerate(PAGE.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith(ENTRY):
+            current = []
+            entries.append((number, line[len(ENTRY):], current))
+        elif line.startswith("  ") and current is not None:
+            current.append(line)
+        elif line.strip():
+            current = None  # a heading or prose ends the entry; only lines right below it belong to it
+    return tuple((n, s, tuple(subs)) for n, s, subs in entries)
+
+
+@cache
+def defined_functions(path: str) -> frozenset[str]:
+    """Names of module-level functions and of methods of module-level classes in a test file."""
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"), filename=path)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.update(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return frozenset(names)
+
+
+def test_the_splitting_rule_on_a_sample():
+    sample = ("Title\n\nA heading\n\nFirst one. nominal stays. Second (with x): Third line.\ncontinued:\n\n"
+              "1. Listed item.\n2. Another item.\n\n(a, b).\n")
+    assert split_spec(sample) == [("A heading", ["First one. nominal stays.", "Second (with x):",
+                                                 "Third line. continued:", "Listed item.", "Another item.",
+                                                 "(a, b)."])]
+
+
+def test_every_spec_sentence_is_an_entry_exactly_once():
+    quoted = Counter(sentence for _, sentence, _ in page_entries())
+    missing = [s for s in spec_sentences() if quoted[s] == 0]
+    repeated = [s for s in spec_sentences() if quoted[s] > 1]
+    assert not missing and not repeated, (
+        f"docs/traceability.md must quote every spec sentence exactly once as '{ENTRY}<sentence>'.\n"
+        + "".join(f"missing: {s}\n" for s in missing) + "".join(f"repeated: {s}\n" for s in repeated))
+
+
+def test_no_entry_quotes_text_that_is_not_a_spec_sentence():
+    known = set(spec_sentences())
+    stale = [f"line {n}: {s}" for n, s, _ in page_entries() if s not in known]
+    assert not stale, "entries quoting text that is not a sentence of the spec (stale after a spec change?):\n" + \
+        "\n".join(stale)
+
+
+def test_every_entry_cites_a_test_or_says_why_it_is_outside_gate_a():
+    bare, malformed = [], []
+    for n, sentence, subs in page_entries():
+        if not any(TEST_ID.match(line) or OUTSIDE.match(line) for line in subs):
+            bare.append(f"line {n}: {sentence}")
+        malformed += [f"line {n}: {line!r} (under: {sentence})" for line in subs
+                      if not (TEST_ID.match(line) or OUTSIDE.match(line))]
+    assert not bare, "entries without a test id or an 'outside Gate A:' line:\n" + "\n".join(bare)
+    assert not malformed, ("lines under an entry must be '  - tests/<file>.py::<function>' or "
+                           "'  - outside Gate A: <reason>, see docs/protocol-notes.md':\n" + "\n".join(malformed))
+
+
+def test_every_cited_test_exists():
+    cited = [(n, m.group(1), m.group(2)) for n, _, subs in page_entries() for line in subs
+             if (m := TEST_ID.match(line))]
+    assert cited, "docs/traceability.md cites no test at all"
+    absent = []
+    for n, path, name in cited:
+        if not (REPO / path).is_file():
+            absent.append(f"line {n}: {path}::{name} (no such file)")
+        elif name not in defined_functions(path):
+            absent.append(f"line {n}: {path}::{name} (no such function in {path})")
+    assert not absent, "cited test ids that do not exist:\n" + "\n".join(absent)
