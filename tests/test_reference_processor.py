@@ -397,3 +397,95 @@ def test_definition_row_records_lifecycle_revision_generation_fences_and_cursor(
             "cursor_utc"} <= set(row)
     assert (row["lifecycle_state"], row["revision"], row["active_generation"], row["runtime_epoch"],
             row["scope_generation"]) == ("active", 1, 1, 1, 1)
+
+
+def test_stored_link_is_returned_when_it_matches_and_a_different_one_is_a_conflict(store, client, processor, world):
+    """Compare-or-return at the link itself: an existing link that matches is returned (no second Work); one
+    that differs is an idempotency conflict and nothing commits."""
+    from reference.db import Session
+    from reference.errors import IdempotencyConflict as Conflict
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    [occ] = occurrences(store, view.schedule_id)
+    identity = OccurrenceIdentity("tenant-a", view.schedule_id, 1, "nominal", occ["first_nominal_utc"])
+    derived = work_identity(identity, "send-report")
+    session = Session(store.runtime_dsn)
+    with session.scoped("tenant-a", "appsurface_durable_runtime") as s:
+        processor._link(s, identity, derived)  # the stored tuple matches: returned, nothing written
+    different = derived.__class__(derived.work_id, derived.idempotency_key, "other-command", derived.activity)
+    with pytest.raises(Conflict):
+        with session.scoped("tenant-a", "appsurface_durable_runtime") as s:
+            processor._link(s, identity, different)
+    session.close()
+    assert len(works(store)) == 1
+    [after_] = occurrences(store, view.schedule_id)
+    assert after_["work_command"] == "send-report" and after_["work_id"] == derived.work_id
+
+
+def test_release_after_recovery_rebinds_the_current_scope_generation(store, client, processor, world):
+    view = client.create(every(60))
+    with store.owner() as conn:
+        conn.execute("select appsurface_durable.advance_runtime_epoch()")
+        conn.execute("select appsurface_durable.advance_scope_generation('tenant-a')")
+    world.clock.shift(timedelta(seconds=61))
+    assert processor.process_due().suspended == 1
+    d = definition(store, view.schedule_id)
+    assert d["suspension_reason"] == "runtime-epoch"  # the epoch is checked first
+    client.release_after_recovery(view.schedule_id, expected_revision=d["revision"])
+    released = definition(store, view.schedule_id)
+    assert (released["runtime_epoch"], released["scope_generation"]) == (2, 2)
+    assert processor.process_due().materialized == 1
+
+
+def test_work_terminal_callback_changes_only_dispatch_eligibility(store, client, processor, work, world):
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    world.clock.shift(timedelta(seconds=60))
+    processor.process_due()  # a pending coalesced occurrence waits behind the running Work
+    before_def, before_occ = definition(store, view.schedule_id), occurrences(store, view.schedule_id)
+    before_timing = rows(store, "schedule_dispatch_timing")[0]
+    work.transition(works(store)[0]["work_id"], "succeeded")
+    assert definition(store, view.schedule_id) == before_def
+    assert occurrences(store, view.schedule_id) == before_occ
+    assert len(works(store)) == 1
+    after_timing = rows(store, "schedule_dispatch_timing")[0]
+    assert after_timing["due_at_utc"] < before_timing["due_at_utc"]  # requeued: due now, not at the next instant
+
+
+def test_pending_coalesced_range_cannot_move_backwards(store, client, processor, world):
+    import psycopg as pg
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    world.clock.shift(timedelta(seconds=120))
+    processor.process_due()
+    with store.owner() as conn, pytest.raises(pg.errors.CheckViolation, match="only grow forward"):
+        conn.execute("update appsurface_durable.schedule_occurrences set last_nominal_utc = first_nominal_utc "
+                     "where occurrence_kind = 'coalesced' and schedule_id = %s", (view.schedule_id,))
+
+
+def test_delete_and_recreate_under_a_new_identity_repairs_and_keeps_the_evidence(store, client, processor, world):
+    old = client.create(every(60, safety_window=timedelta(minutes=5)))
+    world.clock.shift(timedelta(days=1))
+    store.ensure_partitions()
+    processor.process_due()
+    suspended = definition(store, old.schedule_id)
+    assert suspended["suspension_reason"] == "clock-anomaly"
+    client.delete(old.schedule_id, expected_revision=suspended["revision"])
+    new = client.create(every(60))
+    assert new.schedule_id != old.schedule_id
+    world.clock.shift(timedelta(seconds=61))
+    assert processor.process_due().materialized == 1
+    evidence = rows(store, "schedule_history", "schedule_id = %s and event = 'suspended'", (old.schedule_id,))
+    assert evidence and evidence[0]["detail"]["reason"] == "clock-anomaly"
+
+
+def test_nothing_is_materialized_until_a_caller_runs_a_pass(store, client, world):
+    """No hosted scheduler: due schedules wait for the caller's own trigger."""
+    import time as _time
+    client.create(every(1))
+    world.clock.shift(timedelta(seconds=30))
+    _time.sleep(1.0)
+    assert rows(store, "schedule_occurrences") == [] and works(store) == []

@@ -16,7 +16,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "traceability.md"
-SPEC = Path(os.environ.get("CRASHPROOF_SPEC", "/work/shared/spec/durable-schedule-protocol-v1.txt"))
+# The spec lives in shared/, beside the checkout (as on every machine and in CI).
+SPEC = Path(os.environ.get("CRASHPROOF_SPEC",
+                           Path(__file__).resolve().parents[2] / "shared" / "spec" / "durable-schedule-protocol-v1.txt"))
 
 SENTENCE_BREAK = re.compile(r"(?<=[.:])\s+(?=[A-Z(0-9])")
 LIST_NUMBER = re.compile(r"\d+\.")
