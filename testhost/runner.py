@@ -24,13 +24,25 @@ from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .implementation import AdapterProtocolError, Implementation, Response
 from .state import read_state
-from .store import RUNTIME, Store, new_store
+from .store import RUNTIME, Store, StorePool
 from .world import CLOCK, World
 
 SCOPE = "tenant-a"
 DEADLINE_S = 2.0
 MAX_DRAIN_PASSES = 20
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
+
+
+_pools: dict[int, StorePool] = {}
+
+
+def store_pool(world: World) -> StorePool:
+    """The world's pool of prepared stores (made on first use, closed when the world goes down)."""
+    key = id(world)
+    if key not in _pools:
+        _pools[key] = StorePool(world)
+        world.on_down.append(lambda: _pools.pop(key).close())
+    return _pools[key]
 
 
 @dataclass(frozen=True)
@@ -357,7 +369,7 @@ class CaseRun:
                 if not self.world.capabilities.has(capability):
                     outcome.verdict, outcome.reason = "not-run", self.world.capabilities.reason(capability)
                     return outcome
-            self.store = new_store(self.world)
+            self.store = store_pool(self.world).take()
             self.store.create_scope(SCOPE)
             self.world.clock.set_time(T0)
             self.store.ensure_partitions()

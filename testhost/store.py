@@ -113,3 +113,46 @@ def empty_store(world: World) -> Store:
     apply_recipe(recipe)
     recipe.close()
     return Store(world, name)
+
+
+class StorePool:
+    """Clones made ahead on a background thread, so a case does not wait for CREATE DATABASE (about 0.3 s
+    with fsync on). One spare at a time; every store is used once and dropped."""
+
+    def __init__(self, world: World, spares: int = 1):
+        import queue
+        self.world = world
+        self._ready: "queue.Queue[Store | BaseException]" = queue.Queue(maxsize=spares)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, daemon=True, name="store-pool")
+        self._thread.start()
+
+    def _fill(self) -> None:
+        while not self._stop.is_set():
+            try:
+                store = new_store(self.world)
+            except BaseException as exc:  # noqa: BLE001 - handed to the taker, who raises it
+                store = exc
+            while not self._stop.is_set():
+                try:
+                    self._ready.put(store, timeout=0.2)
+                    break
+                except Exception:  # queue.Full: wait for a taker
+                    continue
+            else:
+                if isinstance(store, Store):
+                    store.drop()
+
+    def take(self, timeout: float = 120.0) -> Store:
+        store = self._ready.get(timeout=timeout)
+        if isinstance(store, BaseException):
+            raise store
+        return store
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        while not self._ready.empty():
+            store = self._ready.get_nowait()
+            if isinstance(store, Store):
+                store.drop()

@@ -57,6 +57,7 @@ class World:
         self.clock: ServerClock | NoClock = NoClock("world not started")
         self.toxiproxy: ToxiproxyServer | None = None
         self.proxy: Proxy | None = None
+        self.on_down: list = []  # callbacks run first when the world goes down
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -89,6 +90,8 @@ class World:
             self.proxy = self.toxiproxy.create_proxy("postgres", upstream)
 
     def down(self) -> None:
+        while self.on_down:
+            self.on_down.pop()()
         if self.toxiproxy is not None:
             self.toxiproxy.stop()
         if self.cluster is not None:
