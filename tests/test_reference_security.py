@@ -141,6 +141,9 @@ BREAKAGES = {
         "policy shape on {partition} is [], expected [('scope_isolation', '*', True, "
         "['appsurface_durable_runtime'], ('scope_id = appsurface_durable.current_scope', "
         "'scope_id = appsurface_durable.current_scope'))]"),
+    "sequence grant": (
+        "grant usage on sequence appsurface_durable.schedule_dispatch_dispatch_id_seq to appsurface_durable_dispatcher",
+        "extra grant: appsurface_durable_dispatcher has USAGE on schedule_dispatch_dispatch_id_seq"),
     "claim executable by public": (
         "grant execute on function appsurface_durable.claim_schedule_dispatch(text, interval) to public",
         "extra grant: PUBLIC may execute claim_schedule_dispatch"),

@@ -9,7 +9,7 @@ from pg_class c
 join pg_namespace n on n.oid = c.relnamespace
 cross join lateral aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
 left join pg_roles r on r.oid = a.grantee
-where n.nspname = 'appsurface_durable' and c.relkind in ('r', 'p')
+where n.nspname = 'appsurface_durable' and c.relkind in ('r', 'p', 'S', 'v', 'm')
   and a.grantee <> c.relowner;
 
 -- name: column_grants
@@ -39,11 +39,11 @@ left join pg_roles r on r.oid = a.grantee
 where n.nspname = 'appsurface_durable' and a.grantee <> n.nspowner;
 
 -- name: row_security
-select c.relname as relation, c.relrowsecurity as enabled, c.relforcerowsecurity as forced,
+select c.relname as relation, c.relkind as kind, c.relrowsecurity as enabled, c.relforcerowsecurity as forced,
        (select coalesce(p.relname, '') from pg_inherits i join pg_class p on p.oid = i.inhparent
          where i.inhrelid = c.oid) as parent
 from pg_class c join pg_namespace n on n.oid = c.relnamespace
-where n.nspname = 'appsurface_durable' and c.relkind in ('r', 'p');
+where n.nspname = 'appsurface_durable' and c.relkind in ('r', 'p', 'S', 'v', 'm');
 
 -- name: policies
 select c.relname as relation, pol.polname as policy, pol.polcmd as command, pol.polpermissive as permissive,
