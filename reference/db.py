@@ -71,6 +71,7 @@ class Session:
 
     def __init__(self, dsn: str, *, deadline: float = 30.0, application_name: str = "appsurface-durable"):
         self.deadline = deadline
+        self.current_scope = ""
         try:
             self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, int(deadline)),
                                         application_name=application_name, row_factory=dict_row)
@@ -124,12 +125,18 @@ class Session:
             self.conn.close()
 
     @contextmanager
-    def scoped(self, scope_id: str, runtime_role: str) -> Iterator["Session"]:
-        """The scoped runtime transaction: prove the runtime role, then set the local scope."""
+    def scoped(self, scope_id: str | None, runtime_role: str, *, routing_id: int | None = None) -> Iterator["Session"]:
+        """The scoped runtime transaction: prove the runtime role, then set the local scope.
+
+        A processor knows only the claim's scope routing ID; it is resolved to the scope inside this same
+        transaction (no read outside the two transaction forms). `current_scope` is '' when it names none.
+        """
         with self.transaction():
             user = self.one("select current_user as user")["user"]
             if user != runtime_role:
                 raise BridgeRoleError(f"current_user is {user}, not the configured runtime role {runtime_role}; "
                                       "refusing to set the local scope")
-            self.execute("select set_config(%s, %s, true)", (SCOPE_SETTING, scope_id))
+            self.current_scope = self.one(
+                "select set_config(%s, coalesce(%s, appsurface_durable.scope_for_routing_id(%s), ''), true) as scope",
+                (SCOPE_SETTING, scope_id, routing_id))["scope"]
             yield self

@@ -171,9 +171,6 @@ class ScheduleProcessor:
 
     # -- 2 and 3. scoped transactions -----------------------------------------------------------------
 
-    def _scope_of(self, claim: Claim) -> str | None:
-        return self.runtime.one(query("schedule", "scope_for_routing_id"), {"routing_id": claim.scope_routing_id})["scope_id"]
-
     def _fenced_dispatch(self, s: Session, claim: Claim) -> dict:
         """Lock the dispatch row; the lease must still be ours (same dispatch revision) or nothing is written."""
         dispatch = s.one(query("schedule", "lock_dispatch"), {"schedule_id": claim.schedule_id})
@@ -182,11 +179,11 @@ class ScheduleProcessor:
         return dispatch
 
     def _process(self, claim: Claim, counts: ProcessCounts) -> None:
-        scope_id = self._scope_of(claim)
-        if scope_id is None:
-            raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
         context = {"schedule_id": str(claim.schedule_id), "dispatch_revision": claim.dispatch_revision}
-        with self.runtime.scoped(scope_id, self.runtime_role) as s:
+        with self.runtime.scoped(None, self.runtime_role, routing_id=claim.scope_routing_id) as s:
+            scope_id = s.current_scope
+            if not scope_id:
+                raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
             bridge = self._decide(s, claim, counts)
             barriers.hit("schedule-decision-before-commit", **context)
         barriers.hit("schedule-decision-after-commit", **context)

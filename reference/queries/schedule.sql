@@ -5,9 +5,6 @@ select transaction_timestamp() as accepted_at_utc;
 -- The active store epoch and the locked scope generation (no row: the scope is not registered).
 select * from appsurface_durable.locked_scope_fences();
 
--- name: scope_for_routing_id
-select appsurface_durable.scope_for_routing_id(%(routing_id)s) as scope_id;
-
 -- name: find_command
 select command_kind, schedule_id from appsurface_durable.schedule_commands
 where scope_id = appsurface_durable.current_scope() and command_id = %(command_id)s;
