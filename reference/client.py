@@ -86,6 +86,33 @@ class ScheduleClient:
             return accepted_at, seen, None
         return accepted_at, None, None
 
+    def _begin_change(self, s: Session, command_id: uuid.UUID, kind: str, schedule_id: uuid.UUID,
+                      expected_revision: int) -> tuple[datetime, dict | None, dict | None, Result | None]:
+        """The common start of update, delete and release: acceptance time, an idempotent repeat, the locks
+        and the refusals. The last item, when not None, is the result to return at once."""
+        accepted_at, seen, conflict = self._begin_command(s, command_id, kind, schedule_id)
+        if conflict or seen:
+            return accepted_at, None, None, conflict or self._current_view(s, schedule_id)
+        dispatch, current = self._lock(s, schedule_id)
+        return accepted_at, dispatch, current, self._refuse_change(schedule_id, current, expected_revision)
+
+    def _current_view(self, s: Session, schedule_id: uuid.UUID) -> ScheduleView:
+        return self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+
+    @staticmethod
+    def _advance(s: Session, current: dict, **changes: Any) -> int:
+        """Write the definition row's next revision: the current values with `changes` applied."""
+        row = {key: current[key] for key in ("schedule_id", "lifecycle_state", "suspension_reason",
+                                             "active_generation", "runtime_epoch", "scope_generation", "cursor_utc")}
+        return s.one(query("schedule", "advance_definition"), {**row, **changes})["revision"]
+
+    @staticmethod
+    def _record_command(s: Session, command_id: uuid.UUID, schedule_id: uuid.UUID, kind: str, accepted_at: datetime,
+                        generation: int | None, revision: int) -> None:
+        s.execute(query("schedule", "insert_command"),
+                  {"command_id": command_id, "schedule_id": schedule_id, "command_kind": kind,
+                   "accepted_at_utc": accepted_at, "generation": generation, "revision": revision})
+
     def _fences(self, s: Session) -> dict | None:
         return s.one(query("schedule", "fences"))
 
@@ -101,7 +128,7 @@ class ScheduleClient:
             if conflict:
                 return conflict
             if seen:
-                return self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+                return self._current_view(s, schedule_id)
             fences = self._fences(s)
             if fences is None:
                 return problems.scope_not_found(self.scope_id)
@@ -113,12 +140,10 @@ class ScheduleClient:
                       {"schedule_id": schedule_id, "accepted_at_utc": accepted_at, **fences})
             params = _generation_params(schedule_id, 1, spec, accepted_at, command_id)
             s.execute(query("schedule", "insert_generation"), params)
-            s.execute(query("schedule", "insert_command"),
-                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "create",
-                       "accepted_at_utc": accepted_at, "generation": 1, "revision": 1})
+            self._record_command(s, command_id, schedule_id, "create", accepted_at, 1, 1)
             dispatch_id = s.one(query("schedule", "insert_dispatch"),
                                 {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})["dispatch_id"]
-            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            view = self._current_view(s, schedule_id)
             s.execute(query("schedule", "insert_timing"),
                       {"dispatch_id": dispatch_id, "due_at_utc": next_after(view.definition.timing, accepted_at)})
             self._history(s, schedule_id, "created", 1, {"command_id": str(command_id)})
@@ -132,13 +157,10 @@ class ScheduleClient:
             return refused
         command_id = command_id or uuid.uuid4()
         with self.session.scoped(self.scope_id, self.runtime_role) as s:
-            accepted_at, seen, conflict = self._begin_command(s, command_id, "update", schedule_id)
-            if conflict or seen:
-                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
-            dispatch, current = self._lock(s, schedule_id)
-            refused = self._refuse_change(schedule_id, current, expected_revision)
-            if refused:
-                return refused
+            accepted_at, dispatch, current, early = self._begin_change(s, command_id, "update", schedule_id,
+                                                                        expected_revision)
+            if early:
+                return early
             if spec.kind == "at" and spec.at <= accepted_at:
                 return problems.validation({"at": [f"must be after the acceptance time {accepted_at.isoformat()}"]})
             fences = self._fences(s)
@@ -149,14 +171,11 @@ class ScheduleClient:
                                {"schedule_id": schedule_id, "keep_generation": generation})
             # The new generation starts at its acceptance: instants before it belong to no generation.
             cursor = max(current["cursor_utc"], accepted_at)
-            revision = s.one(query("schedule", "advance_definition"), {
-                "schedule_id": schedule_id, "lifecycle_state": "active", "suspension_reason": None,
-                "active_generation": generation, "runtime_epoch": fences["runtime_epoch"],
-                "scope_generation": fences["scope_generation"], "cursor_utc": cursor})["revision"]
-            s.execute(query("schedule", "insert_command"),
-                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "update",
-                       "accepted_at_utc": accepted_at, "generation": generation, "revision": revision})
-            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            revision = self._advance(s, current, lifecycle_state="active", suspension_reason=None,
+                                     active_generation=generation, runtime_epoch=fences["runtime_epoch"],
+                                     scope_generation=fences["scope_generation"], cursor_utc=cursor)
+            self._record_command(s, command_id, schedule_id, "update", accepted_at, generation, revision)
+            view = self._current_view(s, schedule_id)
             self._reschedule(s, dispatch, next_due(s, schedule_id, generation, view.definition.timing, cursor))
             self._history(s, schedule_id, "updated", generation,
                           {"command_id": str(command_id), "superseded": len(superseded),
@@ -169,38 +188,27 @@ class ScheduleClient:
         """Terminal for this identity: pending occurrences are superseded, the dispatch row goes."""
         command_id = command_id or uuid.uuid4()
         with self.session.scoped(self.scope_id, self.runtime_role) as s:
-            accepted_at, seen, conflict = self._begin_command(s, command_id, "delete", schedule_id)
-            if conflict or seen:
-                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
-            dispatch, current = self._lock(s, schedule_id)
-            refused = self._refuse_change(schedule_id, current, expected_revision)
-            if refused:
-                return refused
+            accepted_at, dispatch, current, early = self._begin_change(s, command_id, "delete", schedule_id,
+                                                                        expected_revision)
+            if early:
+                return early
             superseded = s.all(query("schedule", "supersede_pending"), {"schedule_id": schedule_id, "keep_generation": None})
-            revision = s.one(query("schedule", "advance_definition"), {
-                "schedule_id": schedule_id, "lifecycle_state": "deleted", "suspension_reason": None,
-                "active_generation": current["active_generation"], "runtime_epoch": current["runtime_epoch"],
-                "scope_generation": current["scope_generation"], "cursor_utc": current["cursor_utc"]})["revision"]
-            s.execute(query("schedule", "insert_command"),
-                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "delete",
-                       "accepted_at_utc": accepted_at, "generation": None, "revision": revision})
+            revision = self._advance(s, current, lifecycle_state="deleted", suspension_reason=None)
+            self._record_command(s, command_id, schedule_id, "delete", accepted_at, None, revision)
             s.execute(query("schedule", "delete_dispatch"), {"schedule_id": schedule_id})
             self._history(s, schedule_id, "deleted", current["active_generation"],
                           {"command_id": str(command_id), "superseded": len(superseded)})
-            return self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            return self._current_view(s, schedule_id)
 
     def release_after_recovery(self, schedule_id: uuid.UUID, *, expected_revision: int,
                                command_id: uuid.UUID | None = None) -> Result:
         """Release a stale-runtime-epoch suspension only; rebinds the current scope generation, cursor unchanged."""
         command_id = command_id or uuid.uuid4()
         with self.session.scoped(self.scope_id, self.runtime_role) as s:
-            accepted_at, seen, conflict = self._begin_command(s, command_id, "release-after-recovery", schedule_id)
-            if conflict or seen:
-                return conflict or self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
-            dispatch, current = self._lock(s, schedule_id)
-            refused = self._refuse_change(schedule_id, current, expected_revision)
-            if refused:
-                return refused
+            accepted_at, dispatch, current, early = self._begin_change(s, command_id, "release-after-recovery",
+                                                                        schedule_id, expected_revision)
+            if early:
+                return early
             if current["lifecycle_state"] != "suspended":
                 return problems.release_refused(schedule_id, "it is not suspended")
             if current["suspension_reason"] != "runtime-epoch":
@@ -208,14 +216,11 @@ class ScheduleClient:
                     schedule_id, f"it is suspended for {current['suspension_reason']}, and release applies only to a "
                     "stale runtime epoch; repair with an update (a new generation) or delete and recreate")
             fences = self._fences(s)
-            revision = s.one(query("schedule", "advance_definition"), {
-                "schedule_id": schedule_id, "lifecycle_state": "active", "suspension_reason": None,
-                "active_generation": current["active_generation"], "runtime_epoch": fences["runtime_epoch"],
-                "scope_generation": fences["scope_generation"], "cursor_utc": current["cursor_utc"]})["revision"]
-            s.execute(query("schedule", "insert_command"),
-                      {"command_id": command_id, "schedule_id": schedule_id, "command_kind": "release-after-recovery",
-                       "accepted_at_utc": accepted_at, "generation": current["active_generation"], "revision": revision})
-            view = self._view(s, s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+            revision = self._advance(s, current, lifecycle_state="active", suspension_reason=None,
+                                     runtime_epoch=fences["runtime_epoch"], scope_generation=fences["scope_generation"])
+            self._record_command(s, command_id, schedule_id, "release-after-recovery", accepted_at,
+                                 current["active_generation"], revision)
+            view = self._current_view(s, schedule_id)
             self._reschedule(s, dispatch, next_due(s, schedule_id, current["active_generation"], view.definition.timing,
                                                   current["cursor_utc"]))
             self._history(s, schedule_id, "released-after-recovery", current["active_generation"],
