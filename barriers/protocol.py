@@ -6,7 +6,7 @@ cannot drift from what the harness speaks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 PROTOCOL_VERSION = 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any

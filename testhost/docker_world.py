@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import platform
-
-import psycopg
-
 from .clock import NoClock
 from .errors import DockerUnavailable
-from .world import CLOCK, NETWORK, World
+from .world import CLOCK, World
 
 IMAGE = "postgres:16"
 
@@ -79,14 +75,5 @@ class DockerWorld(World):
             return self.admin_dsn(dbname, user)
         return f"host={self.proxy.host} port={self.proxy.port} user={user} password=postgres dbname={dbname}"
 
-    def components(self) -> dict[str, str]:
-        with psycopg.connect(self.admin_dsn()) as conn:
-            version = conn.execute("show server_version").fetchone()[0]
-        return {
-            "postgres": f"{version} (docker: {self.image})",
-            "toxiproxy": (f"{self.toxiproxy.version()} ({self.toxiproxy.binary})" if self.toxiproxy
-                          else f"not available: {self.capabilities.reason(NETWORK)}"),
-            "libfaketime": f"not used: {self.capabilities.reason(CLOCK)}",
-            "python": platform.python_version(),
-            "psycopg": psycopg.__version__,
-        }
+    def _server_origin(self) -> str:
+        return f"docker: {self.image}"

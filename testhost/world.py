@@ -119,16 +119,24 @@ class World:
         return f"host={self.proxy.host} port={self.proxy.port} user={user} dbname={dbname}"
 
     def components(self) -> dict[str, str]:
-        found = {
-            "postgres": f"{self.cluster.server_version()} ({self.cluster.install.source}: {self.cluster.install.bindir})",
+        """What this world runs, with versions, for reports and `crashproof world status`."""
+        return {
+            "postgres": f"{self._server_version()} ({self._server_origin()})",
             "toxiproxy": (f"{self.toxiproxy.version()} ({self.toxiproxy.binary})" if self.toxiproxy
                           else f"not available: {self.capabilities.reason(NETWORK)}"),
-            "libfaketime": str(find_libfaketime()),
+            "libfaketime": (str(find_libfaketime()) if self.capabilities.has(CLOCK)
+                            else f"not used: {self.capabilities.reason(CLOCK)}"),
             "python": platform.python_version(),
             "psycopg": psycopg.__version__,
-            "server_user": self.workspace.user.name,
+            "server_user": self.workspace.user.name if self.cluster else "not ours",
         }
-        return found
+
+    def _server_version(self) -> str:
+        with psycopg.connect(self.admin_dsn()) as conn:
+            return conn.execute("show server_version").fetchone()[0]
+
+    def _server_origin(self) -> str:
+        return f"{self.cluster.install.source}: {self.cluster.install.bindir}"
 
     def state(self) -> dict:
         """What `crashproof world status|down` needs to find this world again from another process."""
@@ -212,17 +220,8 @@ class ExternalWorld(World):
             return self.admin_dsn(dbname, user)
         return make_conninfo(self.admin_dsn(dbname, user), host=self.proxy.host, port=str(self.proxy.port))
 
-    def components(self) -> dict[str, str]:
-        with psycopg.connect(self.dsn) as conn:
-            version = conn.execute("show server_version").fetchone()[0]
-        return {
-            "postgres": f"{version} (external: --dsn)",
-            "toxiproxy": (f"{self.toxiproxy.version()} ({self.toxiproxy.binary})" if self.toxiproxy
-                          else f"not available: {self.capabilities.reason(NETWORK)}"),
-            "libfaketime": f"not used: {self.capabilities.reason(CLOCK)}",
-            "python": platform.python_version(),
-            "psycopg": psycopg.__version__,
-        }
+    def _server_origin(self) -> str:
+        return "external: --dsn"
 
 
 def docker_world(**kwargs) -> World:

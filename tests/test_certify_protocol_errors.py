@@ -1,7 +1,6 @@
 """A certification run against adapters that break the protocol: each case ends with a clear `error`
 verdict naming what went wrong, and the run goes on to the next case."""
 
-import os
 import sys
 from pathlib import Path
 

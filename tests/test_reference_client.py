@@ -119,7 +119,7 @@ def test_update_appends_a_generation_and_never_rewrites_the_old_snapshot(store, 
 
 
 def test_generations_refuse_rewrites_even_by_the_owner(store, client):
-    view = client.create(every(60))
+    client.create(every(60))
     with store.owner() as conn, pytest.raises(psycopg.errors.RestrictViolation):
         conn.execute("update appsurface_durable.schedule_generations set target_command = 'other'")
 

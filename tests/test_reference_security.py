@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 import reference
 from reference.db import SCOPE_SETTING, Session
 from reference.errors import AccessDenied, BridgeRoleError, DurableError, HistoryPartitionMissing, RetriableError
-from reference.roles import DISPATCHER, OWNER, QUEUE_COLUMNS, RUNTIME, TABLE_GRANTS, validate
+from reference.roles import OWNER, QUEUE_COLUMNS, RUNTIME, TABLE_GRANTS, validate
 from reference.work import WorkRequest, WorkStore
 from testhost.store import new_store
 
