@@ -20,7 +20,11 @@ IDEMPOTENCY_PREFIX = "schedule-occurrence/v1|"
 
 
 def canonical_instant(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """YYYY-MM-DDTHH:MM:SS.ffffffZ in UTC; the year always four digits (strftime's %Y is not, before 1000)."""
+    if when.tzinfo is None:
+        raise ValueError(f"{when!r} has no time zone; occurrence instants are UTC-aware")
+    utc = when.astimezone(timezone.utc)
+    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 
 
 def canonical(scope_id: str, schedule_id: uuid.UUID, generation: int, kind: str, first_nominal_utc: datetime) -> str:
-    instant = first_nominal_utc.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = first_nominal_utc.astimezone(timezone.utc)
+    instant = f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
     return f"{scope_id}|{schedule_id}|{generation}|{kind}|{instant}"
 
 

@@ -450,11 +450,10 @@ def test_canonical_instant_is_utc_also_for_other_zones():
     assert canonical_instant(datetime(2024, 1, 1, tzinfo=timezone.utc)) == "2024-01-01T00:00:00.000000Z"
 
 
-@pytest.mark.xfail(strict=True, reason="strftime('%Y') does not zero-pad years before 1000, so the canonical text "
-                   "is not YYYY there; unreachable in practice (a first nominal instant is never before its "
-                   "schedule was accepted)")
-def test_canonical_instant_pads_years_before_1000():
+def test_canonical_instant_pads_years_before_1000_and_refuses_naive_instants():
     assert canonical_instant(datetime(999, 1, 2, tzinfo=timezone.utc)) == "0999-01-02T00:00:00.000000Z"
+    with pytest.raises(ValueError, match="no time zone"):
+        canonical_instant(datetime(2031, 1, 2))
 
 
 scope_ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,20}", fullmatch=True)
