@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import multiprocessing
 import os
 import platform
@@ -273,4 +274,9 @@ def certify(options: Options) -> tuple[int, dict]:
     for case in cases:
         if case["verdict"] != "pass":
             print(f"  {case['verdict']:7} {case['id']}: {case['reason']}")
+            for check in case["checks"]:
+                if not check["ok"]:
+                    print(f"    {check['name']} (rule: {check['rule']})")
+                    for row in check["evidence"][:5]:
+                        print(f"      {json.dumps(row, default=str)[:400]}")
     return (0 if ok else 1), report
