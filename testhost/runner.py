@@ -100,6 +100,7 @@ class CaseRun:
         self._fallback_client = None
         self._fallback_work = None
         self.concurrent = False  # two processors are running side by side
+        self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
 
     # -- timeline ---------------------------------------------------------------------------------------
@@ -362,7 +363,6 @@ class CaseRun:
 
     def execute(self, baseline: dict | None) -> CaseOutcome:
         outcome = CaseOutcome(self.plan, "error")
-        self._protocol_error = None
         try:
             missing = [FAULTS[self.plan.fault].needs if self.plan.fault else (), (CLOCK,)]
             for capability in [c for group in missing for c in group]:
