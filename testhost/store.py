@@ -94,10 +94,18 @@ def new_store(world: World, *, upto: int | None = None) -> Store:
             admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
     # A clone does not inherit the template's database-level grants (pg_database.datacl): without the
     # recipe the owner lacks CREATE on the database and the migration runner's bootstrap fails there.
-    recipe = Session(world.admin_dsn(dbname=name))
-    apply_recipe(recipe)
-    recipe.close()
-    return Store(world, name)
+    store = Store(world, name)
+    try:
+        recipe = Session(world.admin_dsn(dbname=name))
+        apply_recipe(recipe)
+        recipe.close()
+    except BaseException:
+        try:
+            store.drop()
+        except psycopg.Error:
+            pass  # the server is away; the half-made database is left to the world's teardown
+        raise
+    return store
 
 
 def empty_store(world: World) -> Store:
@@ -127,12 +135,20 @@ class StorePool:
         self._thread = threading.Thread(target=self._fill, daemon=True, name="store-pool")
         self._thread.start()
 
+    def _make(self, attempts: int = 40) -> "Store | BaseException":
+        """A new store; while a case crashes and restarts the server under us, try again (bounded)."""
+        for attempt in range(attempts):
+            try:
+                return new_store(self.world)
+            except Exception as exc:  # noqa: BLE001 - handed to the taker if every attempt fails
+                failure = exc
+                if self._stop.wait(0.25):
+                    break
+        return failure
+
     def _fill(self) -> None:
         while not self._stop.is_set():
-            try:
-                store = new_store(self.world)
-            except BaseException as exc:  # noqa: BLE001 - handed to the taker, who raises it
-                store = exc
+            store = self._make()
             while not self._stop.is_set():
                 try:
                     self._ready.put(store, timeout=0.2)

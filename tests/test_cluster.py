@@ -85,3 +85,21 @@ def test_a_restart_from_a_short_lived_thread_outlives_that_thread(fresh_world):
     assert fresh_world.cluster.running
     with psycopg.connect(fresh_world.admin_dsn()) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_stores_made_ahead_survive_a_database_crash_in_the_middle(fresh_world):
+    """The store pool makes the next case's database while the current case may crash the server."""
+    import threading
+    from testhost.store import StorePool
+    pool = StorePool(fresh_world)
+    try:
+        first = pool.take()
+        crasher = threading.Thread(target=lambda: (fresh_world.cluster.crash(), fresh_world.cluster.restart()))
+        crasher.start()
+        stores = [pool.take() for _ in range(3)]  # made around and after the crash
+        crasher.join()
+        for store in [first, *stores]:
+            with psycopg.connect(store.owner_dsn) as conn:
+                assert conn.execute("select count(*) from appsurface_durable.schema_migrations").fetchone() == (4,)
+    finally:
+        pool.close()
