@@ -17,8 +17,8 @@ def cmd_certify(args) -> int:
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
     if args.docker:
-        from .docker_world import _engine_or_error
-        _engine_or_error()  # a clear error, before any worker starts, where no engine answers
+        from .docker_world import require_engine
+        require_engine()  # a clear error, before any worker starts, where no engine answers
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=args.jobs,
                       scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
                       seed=args.seed, dsn=args.dsn, docker=args.docker)
@@ -48,8 +48,11 @@ def cmd_scenarios(args) -> int:
     from pathlib import Path
 
     from .certify import Options, census
-    plans, skipped = census(Options(command=args.impl or Options.command, scenario=args.scenario,
-                                    report_dir=Path("report")))
+    try:
+        plans, skipped = census(Options(command=args.impl or Options.command, scenario=args.scenario,
+                                        report_dir=Path("report")))
+    except ValueError as exc:
+        raise TestHostError(str(exc)) from None
     print(f"{len(plans)} cases planned")
     for plan in plans:
         print(f"  case {plan.id}")

@@ -9,7 +9,7 @@ from .world import CLOCK, World
 IMAGE = "postgres:16"
 
 
-def _engine_or_error():
+def require_engine():
     try:
         import docker  # installed with the `docker` extra (testcontainers)
     except ImportError:
@@ -34,7 +34,7 @@ class DockerWorld(World):
         self._container = None
 
     def up(self) -> "DockerWorld":
-        _engine_or_error()
+        require_engine()
         from testcontainers.postgres import PostgresContainer
 
         self.directory = self.workspace.new_world_dir(self.name)
