@@ -156,8 +156,16 @@ class StorePool:
                 except Exception:  # queue.Full: wait for a taker
                     continue
             else:
-                if isinstance(store, Store):
-                    store.drop()
+                self._discard(store)
+
+    @staticmethod
+    def _discard(store: "Store | BaseException") -> None:
+        """Drop an unused store; when the world is already going down there is nothing left to drop."""
+        if isinstance(store, Store):
+            try:
+                store.drop()
+            except psycopg.Error:
+                pass
 
     def take(self, timeout: float = 120.0) -> Store:
         store = self._ready.get(timeout=timeout)
@@ -169,6 +177,4 @@ class StorePool:
         self._stop.set()
         self._thread.join(5)
         while not self._ready.empty():
-            store = self._ready.get_nowait()
-            if isinstance(store, Store):
-                store.drop()
+            self._discard(self._ready.get_nowait())
