@@ -84,7 +84,8 @@ _revision = Field("expected_revision", "integer", True, "the revision the caller
 OPERATIONS = (
     Operation("process-due", True, "one bounded pass of the implementation's processor",
               (Field("maximum_schedules", "integer", False, "at most this many schedules (default 1)"),
-               Field("lease_seconds", "number", False, "lease duration to claim with (default 30)"),
+               Field("lease_seconds", "number", False, "lease duration to claim with (default 30). The host sets it "
+                     "(2 s in the suite) and moves the server clock just past it to recover from a fault: honour it"),
                Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own)")),
               "counts: an object of integers (`claimed`, `materialized`, ... any the implementation keeps)"),
     Operation("create", False, "create a schedule",
