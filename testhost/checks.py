@@ -321,3 +321,13 @@ def equivalence(picture: dict, baseline: dict) -> CheckResult:
     return CheckResult("crash-equivalence", "A future proof must show that recovery produces one occurrence and one "
                        "accepted Work identity. (Same final state as the fault-free run of the same timeline.)",
                        not evidence, evidence, len(picture))
+
+
+def model_agreement(picture: dict, model) -> CheckResult:
+    """The final state against the independent model of Gate A run over the same timeline."""
+    from .model import picture as model_picture
+    expected = model_picture(model)
+    evidence = [{"schedule": name, "database": picture.get(name), "model": expected.get(name)}
+                for name in sorted(set(picture) | set(expected)) if picture.get(name) != expected.get(name)]
+    return CheckResult("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
+                       "testhost/model.py over the same timeline", not evidence, evidence, len(expected))

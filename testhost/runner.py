@@ -19,10 +19,11 @@ from psycopg.rows import dict_row
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
-from .checks import CheckResult, equivalence, expectations, normalize, universal
+from .checks import CheckResult, equivalence, expectations, model_agreement, normalize, universal
 from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .implementation import AdapterProtocolError, Implementation, Response
+from .model import Generation, Model
 from .state import read_state
 from .store import RUNTIME, Store, StorePool
 from .world import CLOCK, World
@@ -102,6 +103,7 @@ class CaseRun:
         self.concurrent = False  # two processors are running side by side
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
+        self.model = Model()  # what Gate A says this timeline must produce, kept step by step
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -158,6 +160,7 @@ class CaseRun:
 
     def drain(self, impl: Implementation) -> int:
         """Fault-free passes until nothing is due (or a pass claims nothing)."""
+        self.model.drain(self.world.clock.now())
         passes = 0
         while passes < MAX_DRAIN_PASSES and self.anything_due():
             response = impl.request("process-due", {"maximum_schedules": 64,
@@ -250,6 +253,7 @@ class CaseRun:
             self.advance(timedelta(seconds=args["seconds"]))
             return
         if step.op in ("advance-epoch", "advance-scope-generation"):
+            (self.model.advance_epoch if step.op == "advance-epoch" else self.model.advance_scope_generation)()
             sql = ("select appsurface_durable.advance_runtime_epoch()" if step.op == "advance-epoch"
                    else f"select appsurface_durable.advance_scope_generation('{SCOPE}')")
             with self.owner() as conn:
@@ -265,6 +269,7 @@ class CaseRun:
                     self.impls[label] = self.start_implementation(label)
             request = {"maximum_schedules": args.get("maximum_schedules", 1),
                        "lease_seconds": self.scenario.lease_seconds}
+            self.model.pass_(self.world.clock.now(), request["maximum_schedules"] * len(labels))
             if len(labels) == 1:
                 self._respond(self.impls[labels[0]], "process-due", request)
             else:
@@ -283,6 +288,7 @@ class CaseRun:
                 self.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
                 return
             self._record(self._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+            self.model.work(args["schedule"], args.get("nth", -1), args["state"])
             return
         schedule_id = str(self.schedule_ids[args["schedule"]])
         request = {"schedule_id": schedule_id}
@@ -292,6 +298,30 @@ class CaseRun:
             request["expected_revision"] = self._revision(args["schedule"])
         op = {"release": "release-after-recovery"}.get(step.op, step.op)
         self._record(self._client_op(op, request), op)
+        self._model_client_step(step)
+
+    def _model_client_step(self, step: Step) -> None:
+        """The model takes the same command; a new generation's acceptance time is the server's, read back."""
+        name = step.args["schedule"]
+        if step.op in ("create", "update"):
+            with self.owner() as conn:
+                row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
+                                   "order by generation desc limit 1", (self.schedule_ids[name],)).fetchone()
+            spec = step.args["spec"]
+            generation = Generation(
+                1, spec["kind"], row["accepted_at_utc"],
+                at=relative(spec["at"]) if "at" in spec else None,
+                after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
+                every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
+                anchor=(relative(spec["anchor"]) if "anchor" in spec else row["accepted_at_utc"])
+                if spec["kind"] == "every" else None,
+                misfire=spec.get("misfire_policy", "run-once"),
+                window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+            (self.model.create if step.op == "create" else self.model.update)(name, generation)
+        elif step.op == "delete":
+            self.model.delete(name)
+        elif step.op == "release":
+            self.model.release(name)
 
     def _respond(self, impl: Implementation, op: str, request: dict) -> None:
         try:
@@ -395,6 +425,7 @@ class CaseRun:
             checks = universal(state)
             checks.append(expectations(state, self.scenario.expect, self.schedule_ids, self._resolve))
             picture = normalize(state, self.schedule_ids)
+            checks.append(model_agreement(picture, self.model))
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", "harness: a planned barrier or fault that never "

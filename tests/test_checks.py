@@ -133,3 +133,21 @@ def test_expectations_and_equivalence():
     assert equivalence(picture, picture).ok
     other = normalize(_break(lambda s: s.occurrences.pop()), ids)
     assert not equivalence(other, picture).ok
+
+
+def test_model_agreement_compares_the_database_with_the_independent_model():
+    from testhost.checks import model_agreement
+    from testhost.model import Generation, Model
+    model = Model()
+    model.create("report", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
+    model.pass_(T + timedelta(seconds=61))
+    model.work("report", 1, "succeeded")
+    model.pass_(T + timedelta(seconds=121))
+    agreeing = {"report": {"lifecycle": "active", "suspension": None, "generation": 1, "occurrences": [
+        (1, "nominal", 60_000_000, 60_000_000, "materialized", "succeeded"),
+        (1, "nominal", 120_000_000, 120_000_000, "materialized", "pending")]}}
+    assert model_agreement(agreeing, model).ok
+    doubled = {"report": {**agreeing["report"], "occurrences": agreeing["report"]["occurrences"] + [
+        (1, "nominal", 120_000_000, 120_000_000, "materialized", "pending")]}}
+    result = model_agreement(doubled, model)
+    assert not result.ok and result.evidence[0]["schedule"] == "report"

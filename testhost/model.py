@@ -1,0 +1,213 @@
+"""An independent model of Gate A, written from the spec and docs/protocol-notes.md alone (no import from
+reference/): given a timeline of client operations, passes and Work outcomes with their server times, it
+says which occurrences must exist, with which kind, range and state, where each cursor stands, and which
+schedules are suspended. Plain and brute force: instants are enumerated one by one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+TERMINAL = {"succeeded", "failed", "canceled"}
+MAX_INSTANTS = 100_000  # a brute-force enumeration bound; an anomaly is found long before
+
+
+@dataclass
+class Generation:
+    number: int
+    kind: str  # at, after, every
+    accepted_at: datetime
+    at: datetime | None = None
+    after: timedelta | None = None
+    every: timedelta | None = None
+    anchor: datetime | None = None
+    misfire: str = "run-once"
+    window: timedelta = timedelta(hours=1)
+
+    def instants_between(self, start: datetime, end: datetime) -> list[datetime]:
+        """Every nominal instant t with start < t <= end, by walking the grid one step at a time."""
+        if self.kind == "at":
+            return [self.at] if start < self.at <= end else []
+        if self.kind == "after":
+            t = self.accepted_at + self.after
+            return [t] if start < t <= end else []
+        t = self.anchor
+        while t > start:  # walk back to at or before start
+            t -= self.every
+        found = []
+        while t <= end and len(found) < MAX_INSTANTS:
+            if t > start:
+                found.append(t)
+            t += self.every
+        return found
+
+    @property
+    def reference(self) -> datetime:
+        """What its instants are measured from: the anchor of an Every, the acceptance of an After."""
+        return {"every": self.anchor, "at": self.at, "after": self.accepted_at}[self.kind]
+
+
+@dataclass
+class Occurrence:
+    generation: int
+    kind: str  # nominal, recovery, coalesced
+    first: datetime
+    last: datetime
+    state: str  # pending, materialized, superseded
+    work: str | None = None  # the Work state once materialized
+
+
+@dataclass
+class Schedule:
+    name: str
+    generations: list[Generation]
+    cursor: datetime
+    epoch: int
+    scope_generation: int
+    lifecycle: str = "active"
+    suspension: str | None = None
+    occurrences: list[Occurrence] = field(default_factory=list)
+
+    @property
+    def active(self) -> Generation:
+        return self.generations[-1]
+
+    def started(self) -> bool:
+        """A materialized target (of any generation) that is not terminal yet."""
+        return any(o.state == "materialized" and o.work not in TERMINAL for o in self.occurrences)
+
+    def waiting(self) -> list[Occurrence]:
+        return [o for o in self.occurrences if o.state == "pending" and o.generation == self.active.number]
+
+    def slot_held(self) -> bool:
+        """New instants coalesce while a target runs or an occurrence waits for its bridge."""
+        return self.started() or bool(self.waiting())
+
+    def pending_coalesced(self) -> Occurrence | None:
+        return next((o for o in self.occurrences if o.kind == "coalesced" and o.state == "pending"
+                     and o.generation == self.active.number), None)
+
+
+class Model:
+    """Gate A as a state machine over a timeline. Each method takes the server time of the event."""
+
+    def __init__(self) -> None:
+        self.schedules: dict[str, Schedule] = {}
+        self.epoch = 1
+        self.scope_generation = 1
+
+    # -- client operations ------------------------------------------------------------------------------
+
+    def create(self, name: str, generation: Generation) -> None:
+        self.schedules[name] = Schedule(name, [generation], generation.accepted_at, self.epoch, self.scope_generation)
+
+    def update(self, name: str, generation: Generation) -> None:
+        s = self.schedules[name]
+        if s.lifecycle == "deleted":
+            return  # refused: deletion is terminal
+        generation.number = s.active.number + 1
+        for o in s.occurrences:
+            if o.state == "pending":
+                o.state = "superseded"
+        s.generations.append(generation)
+        s.cursor = max(s.cursor, generation.accepted_at)
+        s.lifecycle, s.suspension = "active", None
+        s.epoch, s.scope_generation = self.epoch, self.scope_generation
+
+    def delete(self, name: str) -> None:
+        s = self.schedules[name]
+        if s.lifecycle == "deleted":
+            return
+        for o in s.occurrences:
+            if o.state == "pending":
+                o.state = "superseded"
+        s.lifecycle, s.suspension = "deleted", None
+
+    def release(self, name: str) -> None:
+        s = self.schedules[name]
+        if s.lifecycle == "suspended" and s.suspension == "runtime-epoch":
+            s.lifecycle, s.suspension = "active", None
+            s.epoch, s.scope_generation = self.epoch, self.scope_generation
+
+    def advance_epoch(self) -> None:
+        self.epoch += 1
+
+    def advance_scope_generation(self) -> None:
+        self.scope_generation += 1
+
+    def work(self, name: str, nth: int, state: str) -> None:
+        started = [o for o in self.schedules[name].occurrences if o.state == "materialized"]
+        target = started[nth - 1] if nth > 0 else started[nth]
+        if target.work not in TERMINAL:
+            target.work = state
+
+    # -- processing -----------------------------------------------------------------------------------
+
+    def due(self, s: Schedule, now: datetime) -> bool:
+        if s.lifecycle != "active":
+            return False
+        if not s.started() and s.waiting():
+            return True
+        return bool(s.active.instants_between(s.cursor, now)[:1])
+
+    def pass_(self, now: datetime, maximum: int = 64) -> None:
+        """Up to `maximum` due schedules are processed once each: fences, evaluation, disposition, bridge."""
+        for s in [s for s in self.schedules.values() if self.due(s, now)][:maximum]:
+            self._process(s, now)
+
+    def drain(self, now: datetime) -> None:
+        for _ in range(10):
+            if not any(self.due(s, now) for s in self.schedules.values()):
+                return
+            self.pass_(now)
+
+    def _process(self, s: Schedule, cutoff: datetime) -> None:
+        if s.epoch != self.epoch:
+            s.lifecycle, s.suspension = "suspended", "runtime-epoch"
+            return
+        if s.scope_generation != self.scope_generation:
+            s.lifecycle, s.suspension = "suspended", "scope-generation"
+            return
+        instants = s.active.instants_between(s.cursor, cutoff) if cutoff > s.cursor else []
+        if instants:
+            if cutoff - instants[0] > s.active.window:
+                s.lifecycle, s.suspension = "suspended", "clock-anomaly"
+                return
+            self._dispose(s, instants)
+            s.cursor = cutoff
+        self._bridge(s)
+
+    def _dispose(self, s: Schedule, instants: list[datetime]) -> None:
+        kind = "nominal" if len(instants) == 1 else "recovery"
+        if kind == "recovery" and s.active.misfire == "skip":
+            return
+        if s.slot_held():
+            waiting = s.pending_coalesced()
+            if waiting is None:
+                s.occurrences.append(Occurrence(s.active.number, "coalesced", instants[0], instants[-1], "pending"))
+            else:
+                waiting.last = max(waiting.last, instants[-1])
+            return
+        s.occurrences.append(Occurrence(s.active.number, kind, instants[0], instants[-1], "pending"))
+
+    def _bridge(self, s: Schedule) -> None:
+        if s.started():
+            return
+        waiting = sorted(s.waiting(), key=lambda o: (o.kind == "coalesced", o.first))
+        if waiting:
+            waiting[0].state, waiting[0].work = "materialized", "pending"
+
+
+def picture(model: Model) -> dict:
+    """The model's final state in the shape testhost.checks.normalize gives the database's."""
+    out = {}
+    for name, s in sorted(model.schedules.items()):
+        occs = []
+        for o in s.occurrences:
+            ref = s.generations[o.generation - 1].reference
+            occs.append((o.generation, o.kind, (o.first - ref) // timedelta(microseconds=1),
+                         (o.last - ref) // timedelta(microseconds=1), o.state,
+                         o.work if o.state == "materialized" else None))
+        out[name] = {"lifecycle": s.lifecycle, "suspension": s.suspension, "generation": s.active.number,
+                     "occurrences": sorted(occs)}
+    return out

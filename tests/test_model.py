@@ -1,0 +1,107 @@
+"""The independent model of Gate A on hand-computed timelines (no database), boundaries included."""
+
+from datetime import datetime, timedelta, timezone
+
+from testhost.model import Generation, Model, picture
+
+T = datetime(2031, 3, 3, tzinfo=timezone.utc)
+MIN = timedelta(minutes=1)
+
+
+def every(minutes=1, anchor=T, accepted=T, **kwargs) -> Generation:
+    return Generation(1, "every", accepted, every=timedelta(minutes=minutes), anchor=anchor, **kwargs)
+
+
+def occurrences(model, name="s"):
+    return [(o.generation, o.kind, o.first, o.last, o.state, o.work) for o in model.schedules[name].occurrences]
+
+
+def test_instant_exactly_at_the_cursor_is_not_due_and_exactly_at_the_cutoff_is():
+    model = Model()
+    model.create("s", every(anchor=T, accepted=T))  # the cursor starts at T, an instant of the grid
+    model.pass_(T)
+    assert occurrences(model) == []  # T is not in (T, T]
+    model.pass_(T + MIN)
+    assert occurrences(model) == [(1, "nominal", T + MIN, T + MIN, "materialized", "pending")]
+    assert model.schedules["s"].cursor == T + MIN
+
+
+def test_safety_window_edge_is_inside_and_one_microsecond_more_suspends():
+    inside, beyond = Model(), Model()
+    for model in (inside, beyond):
+        model.create("s", every(minutes=60, window=timedelta(minutes=10)))
+    inside.pass_(T + timedelta(minutes=70))
+    beyond.pass_(T + timedelta(minutes=70, microseconds=1))
+    assert occurrences(inside) == [(1, "nominal", T + timedelta(hours=1), T + timedelta(hours=1), "materialized",
+                                    "pending")]
+    assert (beyond.schedules["s"].lifecycle, beyond.schedules["s"].suspension) == ("suspended", "clock-anomaly")
+    assert beyond.schedules["s"].cursor == T and occurrences(beyond) == []
+
+
+def test_several_instants_make_one_recovery_range_or_are_skipped():
+    run_once, skip = Model(), Model()
+    run_once.create("s", every())
+    skip.create("s", every(misfire="skip"))
+    for model in (run_once, skip):
+        model.pass_(T + 5 * MIN + timedelta(seconds=1))
+    assert occurrences(run_once) == [(1, "recovery", T + MIN, T + 5 * MIN, "materialized", "pending")]
+    assert occurrences(skip) == [] and skip.schedules["s"].cursor == T + 5 * MIN + timedelta(seconds=1)
+
+
+def test_coalescing_requeue_and_supersession():
+    model = Model()
+    model.create("s", every())
+    model.pass_(T + MIN + timedelta(seconds=1))
+    model.pass_(T + 2 * MIN + timedelta(seconds=1))
+    model.pass_(T + 3 * MIN + timedelta(seconds=1))
+    assert occurrences(model)[1] == (1, "coalesced", T + 2 * MIN, T + 3 * MIN, "pending", None)
+    model.work("s", 1, "retrying")
+    model.pass_(T + 3 * MIN + timedelta(seconds=2))
+    assert occurrences(model)[1][4] == "pending"  # a retry does not release the slot
+    model.work("s", 1, "succeeded")
+    model.pass_(T + 3 * MIN + timedelta(seconds=3))  # no new interval needed
+    assert occurrences(model)[1][4] == "materialized"
+    model.pass_(T + 4 * MIN + timedelta(seconds=1))  # slot held again: a new coalesced occurrence
+    model.update("s", Generation(0, "every", T + 4 * MIN + timedelta(seconds=2), every=MIN, anchor=T))
+    states = [(o[0], o[1], o[4]) for o in occurrences(model)]
+    assert states == [(1, "nominal", "materialized"), (1, "coalesced", "materialized"), (1, "coalesced", "superseded")]
+
+
+def test_fences_suspend_and_the_right_repair_releases():
+    model = Model()
+    model.create("a", every())
+    model.create("b", every())
+    model.advance_epoch()
+    model.pass_(T + MIN + timedelta(seconds=1))
+    assert {n: s.suspension for n, s in model.schedules.items()} == {"a": "runtime-epoch", "b": "runtime-epoch"}
+    model.release("a")
+    model.advance_scope_generation()
+    model.release("b")
+    model.pass_(T + MIN + timedelta(seconds=2))
+    assert model.schedules["a"].suspension == "scope-generation"
+    model.release("a")  # refused: a scope-generation suspension needs an update
+    assert model.schedules["a"].lifecycle == "suspended"
+    model.update("a", Generation(0, "every", T + MIN + timedelta(seconds=3), every=MIN, anchor=T))
+    model.pass_(T + 2 * MIN + timedelta(seconds=1))
+    assert occurrences(model, "a") == [(2, "nominal", T + 2 * MIN, T + 2 * MIN, "materialized", "pending")]
+
+
+def test_clock_behind_the_cursor_decides_nothing_and_delete_is_terminal():
+    model = Model()
+    model.create("s", every())
+    model.pass_(T + MIN + timedelta(seconds=1))
+    model.pass_(T - timedelta(hours=1))
+    assert model.schedules["s"].cursor == T + MIN + timedelta(seconds=1) and len(occurrences(model)) == 1
+    model.delete("s")
+    model.update("s", every())
+    assert model.schedules["s"].lifecycle == "deleted"
+
+
+def test_at_and_after_fire_once_and_the_picture_is_relative():
+    model = Model()
+    model.create("at", Generation(1, "at", T, at=T + timedelta(seconds=90)))
+    model.create("after", Generation(1, "after", T + timedelta(seconds=1), after=timedelta(seconds=45)))
+    model.drain(T + timedelta(hours=1))
+    shown = picture(model)
+    assert shown["at"]["occurrences"] == [(1, "nominal", 0, 0, "materialized", "pending")]
+    assert shown["after"]["occurrences"] == [(1, "nominal", 45_000_000, 45_000_000, "materialized", "pending")]
