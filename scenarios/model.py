@@ -16,10 +16,10 @@ SCHEDULE_NAMESPACE = uuid.UUID("6b1d3f4e-2b7c-4e0e-9a55-0c7f3e1d2a90")
 
 STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     # op -> {field: accepted types}; `schedule` names a schedule of the scenario
-    "create": {"schedule": (str,), "spec": (dict,)},
-    "update": {"schedule": (str,), "spec": (dict,)},
-    "delete": {"schedule": (str,)},
-    "release": {"schedule": (str,)},
+    "create": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,)},
+    "update": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,)},
+    "delete": {"schedule": (str,), "expect": (str,), "problem": (str,)},
+    "release": {"schedule": (str,), "expect": (str,), "problem": (str,)},
     "advance": {"seconds": (int, float)},
     "process": {"maximum_schedules": (int,), "processor": (str,)},
     "race": {"maximum_schedules": (int,)},
@@ -46,6 +46,11 @@ class Step:
     @property
     def schedule(self) -> str | None:
         return self.args.get("schedule")
+
+    @property
+    def expected_outcome(self) -> str:
+        """What a client step must answer: ok unless the scenario says the call is refused."""
+        return self.args.get("expect", "ok")
 
     def describe(self) -> str:
         shown = {k: v for k, v in self.args.items() if k != "spec"}
@@ -113,6 +118,10 @@ def parse(name: str, text: str) -> Scenario:
         for key, value in args.items():
             if not isinstance(value, STEP_FIELDS[op][key]):
                 raise ScenarioError(f"{where}: {key} has the wrong type ({type(value).__name__})")
+        if args.get("expect", "ok") not in ("ok", "fail"):
+            raise ScenarioError(f"{where}: expect must be ok or fail")
+        if "problem" in args and args.get("expect") != "fail":
+            raise ScenarioError(f"{where}: a problem type is expected only with expect = \"fail\"")
         if op == "create":
             created.add(args["schedule"])
         elif "schedule" in args and args["schedule"] not in created:

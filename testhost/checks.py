@@ -331,3 +331,17 @@ def model_agreement(picture: dict, model) -> CheckResult:
                 for name in sorted(set(picture) | set(expected)) if picture.get(name) != expected.get(name)]
     return CheckResult("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
                        "testhost/model.py over the same timeline", not evidence, evidence, len(expected))
+
+
+def client_outcomes(outcomes: list) -> CheckResult:
+    """Every client step answered as the scenario says: ok, or refused with the expected problem type."""
+    evidence = []
+    for step, response in outcomes:
+        wanted = step.expected_outcome
+        problem_type = (response.problem or {}).get("type", "")
+        if response.outcome != wanted or ("problem" in step.args and not problem_type.endswith(step.args["problem"])):
+            evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
+                             "expected_problem": step.args.get("problem"), "outcome": response.outcome,
+                             "problem": response.problem, "error": response.error})
+    return CheckResult("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
+                       "results.", not evidence, evidence, len(outcomes))

@@ -19,7 +19,8 @@ from psycopg.rows import dict_row
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
-from .checks import CheckResult, equivalence, expectations, model_agreement, normalize, universal
+from .checks import (CheckResult, client_outcomes, equivalence, expectations, model_agreement, normalize,
+                     universal)
 from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .implementation import AdapterProtocolError, Implementation, Response
@@ -104,6 +105,7 @@ class CaseRun:
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.model = Model()  # what Gate A says this timeline must produce, kept step by step
+        self.client_outcomes: list[tuple[Step, Response]] = []
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -297,8 +299,11 @@ class CaseRun:
         if step.op != "create":
             request["expected_revision"] = self._revision(args["schedule"])
         op = {"release": "release-after-recovery"}.get(step.op, step.op)
-        self._record(self._client_op(op, request), op)
-        self._model_client_step(step)
+        response = self._client_op(op, request)
+        self._record(response, op)
+        self.client_outcomes.append((step, response))
+        if response.outcome == "ok":
+            self._model_client_step(step)
 
     def _model_client_step(self, step: Step) -> None:
         """The model takes the same command; a new generation's acceptance time is the server's, read back."""
@@ -426,6 +431,7 @@ class CaseRun:
             checks.append(expectations(state, self.scenario.expect, self.schedule_ids, self._resolve))
             picture = normalize(state, self.schedule_ids)
             checks.append(model_agreement(picture, self.model))
+            checks.append(client_outcomes(self.client_outcomes))
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", "harness: a planned barrier or fault that never "

@@ -151,3 +151,17 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
         (1, "nominal", 120_000_000, 120_000_000, "materialized", "pending")]}}
     result = model_agreement(doubled, model)
     assert not result.ok and result.evidence[0]["schedule"] == "report"
+
+
+def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
+    from scenarios.model import Step
+    from testhost.checks import client_outcomes
+    from testhost.implementation import Response
+    refused = Response("fail", problem={"type": "urn:appsurface-durable:problem:schedule-deleted", "status": 409})
+    step = Step("update", {"schedule": "s", "spec": {}, "expect": "fail", "problem": "schedule-deleted"}, 4)
+    assert client_outcomes([(step, refused)]).ok
+    wrong_problem = Response("fail", problem={"type": "urn:appsurface-durable:problem:revision-conflict"})
+    assert not client_outcomes([(step, wrong_problem)]).ok
+    accepted = Response("ok", value={})
+    result = client_outcomes([(step, accepted), (Step("create", {"schedule": "s", "spec": {}}, 0), refused)])
+    assert not result.ok and [e["step"] for e in result.evidence] == [5, 1]
