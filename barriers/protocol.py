@@ -86,7 +86,9 @@ OPERATIONS = (
               (Field("maximum_schedules", "integer", False, "at most this many schedules (default 1)"),
                Field("lease_seconds", "number", False, "lease duration to claim with (default 30). The host sets it "
                      "(2 s in the suite) and moves the server clock just past it to recover from a fault: honour it"),
-               Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own)")),
+               Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own)"),
+               Field("cancel_after", "integer", False, "cancel the pass after this many schedules: cancellation "
+                     "must be observed before the next lease is started, and what was committed stays committed")),
               "counts: an object of integers (`claimed`, `materialized`, ... any the implementation keeps)"),
     Operation("create", False, "create a schedule",
               (_spec, Field("schedule_id", "string (UUID)", False, "the identity to create under"),

@@ -22,7 +22,7 @@ from . import ScheduleClient, ScheduleProcessor, WorkStore
 from .errors import CommitOutcomeUnknown, DurableError
 from .model import ScheduleSpec, ScheduleView, Target
 from .problems import Problem
-from .processor import ProcessRequest
+from .processor import CancellationToken, ProcessRequest
 
 PROTOCOL_VERSION = 1
 OPERATIONS = ("process-due", "create", "update", "delete", "get", "release-after-recovery", "complete-work")
@@ -45,6 +45,25 @@ def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
                         every=_seconds(data.get("every_s")), anchor=_time(data.get("anchor")), cron=data.get("cron"),
                         target=Target(target.get("command", ""), target.get("payload", {}), target.get("kind", "work")),
                         **optional)
+
+
+class _CancelledAfter(CancellationToken):
+    """Cancelled once the pass has looked at it `n` times, i.e. after n schedules, before the next lease."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self._left = n
+
+    @property
+    def cancelled(self) -> bool:
+        if self._left <= 0:
+            return True
+        self._left -= 1
+        return False
+
+
+def _cancel_after(n: int | None) -> CancellationToken | None:
+    return None if n is None else _CancelledAfter(n)
 
 
 class Adapter:
@@ -99,7 +118,7 @@ class Adapter:
             "process-due": lambda a: self.processor.process_due(ProcessRequest(
                 maximum_schedules=a.get("maximum_schedules", 1),
                 lease_duration=timedelta(seconds=a.get("lease_seconds", 30)),
-                lease_owner=a.get("lease_owner"))).to_json(),
+                lease_owner=a.get("lease_owner")), _cancel_after(a.get("cancel_after"))).to_json(),
             "create": lambda a: self.client.create(
                 spec_from_json(a["spec"]), schedule_id=uuid.UUID(a["schedule_id"]) if a.get("schedule_id") else None,
                 command_id=uuid.UUID(a["command_id"]) if a.get("command_id") else None),

@@ -21,7 +21,7 @@ STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "delete": {"schedule": (str,), "expect": (str,), "problem": (str,)},
     "release": {"schedule": (str,), "expect": (str,), "problem": (str,)},
     "advance": {"seconds": (int, float)},
-    "process": {"maximum_schedules": (int,), "processor": (str,)},
+    "process": {"maximum_schedules": (int,), "processor": (str,), "cancel_after": (int,)},
     "race": {"maximum_schedules": (int,)},
     "drain": {},
     "complete-work": {"schedule": (str,), "nth": (int,), "state": (str,)},

@@ -150,9 +150,16 @@ class Model:
             return True
         return bool(s.active.instants_between(s.cursor, now)[:1])
 
+    def due_at(self, s: Schedule, now: datetime) -> datetime:
+        """When a due schedule became due: at once for a waiting bridge, else its first instant after the cursor."""
+        if not s.started() and s.waiting():
+            return datetime.min.replace(tzinfo=now.tzinfo)
+        return s.active.instants_between(s.cursor, now)[0]
+
     def pass_(self, now: datetime, maximum: int = 64) -> None:
-        """Up to `maximum` due schedules are processed once each: fences, evaluation, disposition, bridge."""
-        for s in [s for s in self.schedules.values() if self.due(s, now)][:maximum]:
+        """Up to `maximum` due schedules, the longest due first (as claims go), are processed once each."""
+        due = sorted((s for s in self.schedules.values() if self.due(s, now)), key=lambda s: self.due_at(s, now))
+        for s in due[:maximum]:
             self._process(s, now)
 
     def drain(self, now: datetime) -> None:

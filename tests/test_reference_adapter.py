@@ -78,3 +78,22 @@ def test_barriers_are_reported_and_wait_for_the_reply(store, world):
         assert message["outcome"] == "ok" and message["value"]["materialized"] == 1
     finally:
         proc.kill()
+
+
+def test_process_due_cancelled_after_one_schedule_starts_no_further_lease(store, world):
+    proc = _start(store)
+    try:
+        _read(proc)
+        for n in (1, 2):
+            _send(proc, {"type": "request", "id": n, "op": "create",
+                         "args": {"spec": {"kind": "every", "every_s": 60, "target": {"command": "report"}}}})
+            assert _read(proc)["outcome"] == "ok"
+        world.clock.shift(timedelta(seconds=61))
+        _send(proc, {"type": "request", "id": 3, "op": "process-due", "args": {"maximum_schedules": 5, "cancel_after": 1}})
+        first = _read(proc)["value"]
+        assert first["claimed"] == 1 and first["materialized"] == 1
+        assert len(rows(store, "schedule_dispatch", "lease_state = 'leased'")) == 0
+        _send(proc, {"type": "request", "id": 4, "op": "process-due", "args": {"maximum_schedules": 5}})
+        assert _read(proc)["value"]["claimed"] == 1
+    finally:
+        proc.kill()
