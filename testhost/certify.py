@@ -124,15 +124,23 @@ class Pool:
 
 
 def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
-              progress: Progress) -> list[dict]:
+              progress: Progress, worker=None) -> list[dict]:
     """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed."""
+    worker = worker or _worker_run
     results: list[dict] = []
     queue = list(plans)
     in_flight: dict = {}
+    # When a worker dies every case in flight sees the pool break, and which one killed it cannot be told:
+    # each gets one more run, alone, on a fresh pool; only a case that breaks the pool again gets `error`.
+    broke_once: set[str] = set()
     while queue or in_flight:
         while queue and len(in_flight) < pool.executor._max_workers * 2:
-            plan, baseline = queue.pop(0)
-            in_flight[pool.executor.submit(_worker_run, plan, command, log_dir, baseline)] = (plan, baseline)
+            plan, baseline = queue[0]
+            suspect_running = any(p.id in broke_once for p, _ in in_flight.values())
+            if suspect_running or (plan.id in broke_once and in_flight):
+                break  # a case under suspicion runs alone, so a second break names it
+            queue.pop(0)
+            in_flight[pool.executor.submit(worker, plan, command, log_dir, baseline)] = (plan, baseline)
         done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
         broken = False
         for future in done:
@@ -140,14 +148,18 @@ def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: st
             try:
                 result = future.result()
             except BrokenProcessPool:
-                result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
                 broken = True
+                if plan.id not in broke_once:
+                    broke_once.add(plan.id)
+                    queue.insert(0, (plan, baseline))
+                    continue
+                result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
             except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
                 result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
             results.append({**result, "plan": plan})
             progress.update(result["case"]["verdict"])
         if broken:
-            queue[:0] = list(in_flight.values())  # their worker pool is gone too: run them again
+            queue[:0] = list(in_flight.values())  # not finished when the pool broke: run them again
             in_flight.clear()
             pool.renew()
     return results

@@ -76,3 +76,13 @@ def race_worker(runtime_dsn: str, dispatcher_dsn: str, start, results) -> None:
             break
     processor.close()
     results.put(totals)
+
+
+def fake_case_worker(plan, command, log_dir, baseline):
+    """Stands in for a certification worker: passes every case except the one named "die", where the
+    worker process itself dies, as a crashed world or interpreter would."""
+    import os
+    if plan.scenario == "die":
+        os._exit(3)
+    return {"case": {"id": plan.id, "verdict": "pass", "reason": "", "checks": [], "timeline": [], "duration_s": 0,
+                     "barrier_hits": {}, "fallbacks": []}, "picture": None, "implementation": "fake"}

@@ -40,3 +40,30 @@ def test_filters_and_repeat():
     assert [p.id for p in plans] == ["at-single/schedule-claim-after-commit/kill/1",
                                      "at-single/schedule-claim-after-commit/kill/1#2",
                                      "at-single/schedule-claim-after-commit/kill/1#3"]
+
+
+def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from protocol_helpers import fake_case_worker
+    from testhost.certify import Pool, Progress, run_cases
+    from testhost.runner import CasePlan
+
+    pools = []
+
+    def factory():
+        pools.append(ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")))
+        return pools[-1]
+
+    pool = Pool(factory)
+    plans = [(CasePlan(name), None) for name in ("first", "die", "last")]
+    try:
+        results = run_cases(pool, plans, "unused", "/tmp", Progress(3, lambda line: None, "test"),
+                            worker=fake_case_worker)
+    finally:
+        pool.close()
+    verdicts = {r["plan"].scenario: (r["case"]["verdict"], r["case"]["reason"]) for r in results}
+    assert verdicts["first"] == ("pass", "") and verdicts["last"] == ("pass", "")
+    assert verdicts["die"] == ("error", "the worker process running this case died")
+    assert len(pools) >= 2  # renewed after the death
