@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
-_MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Migration:
 def migrations() -> tuple[Migration, ...]:
     found = []
     for entry in resources.files("reference").joinpath("migrations").iterdir():
-        match = _MIGRATION.match(entry.name)
+        match = MIGRATION_FILE.match(entry.name)
         if match:
             found.append(Migration(int(match.group(1)), entry.name, entry.read_text()))
     found.sort(key=lambda m: m.version)

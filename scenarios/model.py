@@ -16,12 +16,14 @@ SCHEDULE_NAMESPACE = uuid.UUID("6b1d3f4e-2b7c-4e0e-9a55-0c7f3e1d2a90")
 
 STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     # op -> {field: accepted types}; `schedule` names a schedule of the scenario
-    "create": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,)},
-    "update": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,)},
-    "delete": {"schedule": (str,), "expect": (str,), "problem": (str,)},
-    "release": {"schedule": (str,), "expect": (str,), "problem": (str,)},
+    # `expect` and `problem`: the answer the step must get; `rule`: the spec sentence that answer pins
+    "create": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,), "rule": (str,)},
+    "update": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,), "rule": (str,)},
+    "delete": {"schedule": (str,), "expect": (str,), "problem": (str,), "rule": (str,)},
+    "release": {"schedule": (str,), "expect": (str,), "problem": (str,), "rule": (str,)},
     "advance": {"seconds": (int, float)},
-    "process": {"maximum_schedules": (int,), "processor": (str,), "cancel_after": (int,)},
+    "process": {"maximum_schedules": (int,), "processor": (str,), "cancel_after": (int,),
+                "lease_seconds": (int, float), "lease_owner": (str,), "expect": (str,), "rule": (str,)},
     "race": {"maximum_schedules": (int,)},
     "drain": {},
     "complete-work": {"schedule": (str,), "nth": (int,), "state": (str,)},
@@ -120,6 +122,8 @@ def parse(name: str, text: str) -> Scenario:
                 raise ScenarioError(f"{where}: {key} has the wrong type ({type(value).__name__})")
         if args.get("expect", "ok") not in ("ok", "fail"):
             raise ScenarioError(f"{where}: expect must be ok or fail")
+        if "rule" in args and "expect" not in args:
+            raise ScenarioError(f"{where}: a rule is cited only for a step with an expected answer (expect)")
         if "problem" in args and args.get("expect") != "fail":
             raise ScenarioError(f"{where}: a problem type is expected only with expect = \"fail\"")
         if op == "create":

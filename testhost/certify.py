@@ -51,8 +51,10 @@ def _worker_init(mode: dict) -> None:
     _scenarios = {s.name: s for s in load_catalog()}
 
 
-def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None) -> dict:
-    outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline)
+def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
+                migrations: str | None = None) -> dict:
+    outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
+                       Path(migrations) if migrations else None)
     return {"case": outcome.to_json(), "picture": outcome.picture, "implementation": outcome.implementation}
 
 

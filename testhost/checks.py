@@ -43,21 +43,25 @@ def _occurrence_key(o: dict) -> tuple:
 
 Check = Callable[[StoreState], CheckResult]
 INVARIANTS: list[tuple[str, str, Check]] = []
+# What rows each invariant examines, so a run can tell a vacuous pass: a check over zero rows where the
+# scenario promised some. Checks that apply only to some timelines (suspensions, fences) examine None.
+EXAMINES: dict[str, str | None] = {}
 
 
-def invariant(name: str, rule: str):
+def invariant(name: str, rule: str, examines: str | None = None):
     def register(fn: Callable[[StoreState], tuple[list, int]]) -> Callable:
         def run(state: StoreState) -> CheckResult:
             evidence, rows = fn(state)
             return CheckResult(name, rule, not evidence, evidence, rows)
         INVARIANTS.append((name, rule, run))
+        EXAMINES[name] = examines
         return fn
     return register
 
 
 @invariant("one-occurrence-per-identity",
            "An occurrence identity is stable across processor retries: (scope_id, schedule_id, generation, kind, "
-           "first_nominal_utc).")
+           "first_nominal_utc).", examines="occurrences")
 def _one_occurrence(state: StoreState):
     seen: dict[tuple, dict] = {}
     evidence = []
@@ -65,10 +69,18 @@ def _one_occurrence(state: StoreState):
         if _occurrence_key(o) in seen:
             evidence.append({"duplicate": o, "first": seen[_occurrence_key(o)]})
         seen[_occurrence_key(o)] = o
-    by_schedule: dict = {}
+    return evidence, len(state.occurrences)
+
+
+@invariant("instant-decided-once",
+           "It writes the occurrence disposition and cursor movement in one scoped transaction. (So no nominal "
+           "instant of a generation is decided twice: occurrence ranges never overlap.)", examines="occurrences")
+def _decided_once(state: StoreState):
+    evidence = []
+    by_generation: dict = {}
     for o in state.occurrences:
-        by_schedule.setdefault(o["schedule_id"], []).append(o)
-    for occs in by_schedule.values():
+        by_generation.setdefault((o["schedule_id"], o["generation"]), []).append(o)
+    for occs in by_generation.values():
         ordered = sorted(occs, key=lambda o: (o["first_nominal_utc"], o["last_nominal_utc"]))
         for a, b in zip(ordered, ordered[1:]):
             if b["first_nominal_utc"] <= a["last_nominal_utc"]:
@@ -77,7 +89,7 @@ def _one_occurrence(state: StoreState):
 
 
 @invariant("one-work-per-materialized-occurrence",
-           "A future proof must show that recovery produces one occurrence and one accepted Work identity.")
+           "A future proof must show that recovery produces one occurrence and one accepted Work identity.", examines="occurrences")
 def _one_work(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -99,7 +111,7 @@ def _one_work(state: StoreState):
 
 @invariant("deterministic-work-identity",
            "It uses a deterministic target command, activity, Work ID, and idempotency identity derived from the "
-           "immutable occurrence.")
+           "immutable occurrence.", examines="materialized")
 def _deterministic(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -120,7 +132,7 @@ def _deterministic(state: StoreState):
 
 @invariant("link-compare-or-return",
            "The occurrence link is compare-or-return: if no link exists, write the exact accepted Work identity and "
-           "materialized state; otherwise return the stored tuple only when it matches exactly.")
+           "materialized state; otherwise return the stored tuple only when it matches exactly.", examines="materialized")
 def _links(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -137,9 +149,8 @@ def _links(state: StoreState):
     return evidence, rows
 
 
-@invariant("cursor-within-decisions-and-cutoff",
-           "The cursor is a durable UTC high-water mark. A processor evaluates nominal instants in "
-           "(cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL.")
+@invariant("cursor-within-decisions-and-server-time",
+           "The cursor is a durable UTC high-water mark.", examines="definitions")
 def _cursor(state: StoreState):
     evidence = []
     for d in state.definitions:
@@ -152,7 +163,7 @@ def _cursor(state: StoreState):
 
 
 @invariant("at-most-one-pending-coalesced",
-           "Subsequent overlapping nominal instants are represented by at most one pending coalesced occurrence.")
+           "Subsequent overlapping nominal instants are represented by at most one pending coalesced occurrence.", examines="occurrences")
 def _one_coalesced(state: StoreState):
     pending: dict = {}
     for o in state.occurrences:
@@ -162,7 +173,8 @@ def _one_coalesced(state: StoreState):
 
 
 @invariant("queue-one-slot",
-           "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot.")
+           "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot. "
+           "Retries, suspended Work, and any still-nonterminal Work do not release the slot.", examines="materialized")
 def _slot(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -185,7 +197,7 @@ def _slot(state: StoreState):
 
 @invariant("nothing-materialized-for-superseded-or-suspended",
            "A generation update supersedes old unstarted occurrences, but an already started old-generation target "
-           "remains durable history and continues to occupy its slot.")
+           "remains durable history and continues to occupy its slot.", examines="materialized")
 def _superseded(state: StoreState):
     evidence = []
     rows = 0
@@ -210,7 +222,7 @@ def _superseded(state: StoreState):
 
 
 @invariant("gate-a-writes-three-states",
-           "Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence rows.")
+           "Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence rows.", examines="occurrences")
 def _states(state: StoreState):
     return [{"state_outside_gate_a": o} for o in state.occurrences if o["state"] not in GATE_A_STATES], \
         len(state.occurrences)
@@ -231,6 +243,74 @@ def _suspension_cursor(state: StoreState):
     return evidence, rows
 
 
+@invariant("due-instants-decided",
+           "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from "
+           "PostgreSQL. (After the final passes no instant at or before their server time is left undecided.)")
+def _due_decided(state: StoreState):
+    if state.drained_at is None:
+        return [], 0
+    evidence = []
+    rows = 0
+    for d in state.definitions:
+        if d["lifecycle_state"] != "active":
+            continue
+        rows += 1
+        g = state.generation(d["schedule_id"], d["active_generation"])
+        left = _timing(g).instants_between(d["cursor_utc"], state.drained_at)
+        if left:
+            evidence.append({"undecided_instants": [str(t) for t in left[:5]], "count": len(left),
+                             "cursor_utc": d["cursor_utc"], "server_time_of_final_passes": state.drained_at,
+                             "schedule_id": d["schedule_id"]})
+    return evidence, rows
+
+
+@invariant("anomaly-suspends",
+           "An anomalously large forward cutoff suspends the Schedule without moving its cursor. (No occurrence "
+           "or skipped recovery is decided later than its generation's safety window after its first instant.)", examines="occurrences")
+def _anomaly(state: StoreState):
+    evidence = []
+    decided = [(o, o["first_nominal_utc"], o["decided_at_utc"]) for o in state.occurrences]
+    decided += [(h, _instant(h["detail"]["first_nominal_utc"]), h["recorded_at_utc"]) for h in state.history
+                if h["event"] == "recovery-skipped" and "first_nominal_utc" in (h["detail"] or {})]
+    for row, first, at in decided:
+        g = state.generation(row["schedule_id"], row["generation"])
+        window = timedelta(microseconds=g["safety_window_us"])
+        if at - first > window:
+            evidence.append({"decided_past_the_safety_window": row, "lateness_s": (at - first).total_seconds(),
+                             "safety_window_s": window.total_seconds()})
+    return evidence, len(decided)
+
+
+@invariant("fence-before-cursor",
+           "A mismatch suspends the Schedule before it moves the cursor or accepts Work. (Nothing is decided in "
+           "the transaction that suspends for a fence.)")
+def _fence_first(state: StoreState):
+    evidence = []
+    rows = 0
+    for h in state.history:
+        if h["event"] != "suspended" or (h["detail"] or {}).get("reason") not in ("runtime-epoch", "scope-generation"):
+            continue
+        rows += 1
+        same = [o for o in state.occurrences_of(h["schedule_id"])
+                if o["decided_at_utc"] == h["recorded_at_utc"] or o["materialized_at_utc"] == h["recorded_at_utc"]]
+        if same:
+            evidence.append({"suspension": h, "decided_in_the_suspending_transaction": same})
+    return evidence, rows
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _timing(g: dict):
+    """The generation as the independent model's time rule (no implementation code)."""
+    from .model import Generation
+    return Generation(g["generation"], g["schedule_kind"], g["accepted_at_utc"], at=g["at_utc"],
+                      after=timedelta(microseconds=g["after_us"]) if g["after_us"] is not None else None,
+                      every=timedelta(microseconds=g["every_us"]) if g["every_us"] is not None else None,
+                      anchor=g["anchor_utc"])
+
+
 @invariant("recovered-nothing-due",
            "The next bounded Schedule pass materializes the coalesced occurrence without waiting for another "
            "interval. (After recovery, fault-free passes ran until nothing is due.)")
@@ -246,6 +326,27 @@ def _nothing_due(state: StoreState):
 
 def universal(state: StoreState) -> list[CheckResult]:
     return [run(state) for _, _, run in INVARIANTS]
+
+
+def promised(expect: dict[str, dict]) -> set[str]:
+    """What rows a scenario's expectations promise the final state holds."""
+    kinds = {"definitions"} if expect else set()
+    for want in expect.values():
+        occurrences = want.get("occurrences", [])
+        if occurrences:
+            kinds.add("occurrences")
+        if want.get("works", 0) > 0 or any(o.get("state") == "materialized" for o in occurrences):
+            kinds.add("materialized")
+    return kinds
+
+
+def vacuity(checks: list[CheckResult], expect: dict[str, dict]) -> CheckResult:
+    """A check that examined zero rows of a kind the scenario promised proves nothing: the run fails."""
+    kinds = promised(expect)
+    evidence = [{"check": c.name, "examined_rows": c.rows, "scenario_promised": EXAMINES[c.name]}
+                for c in checks if EXAMINES.get(c.name) in kinds and c.rows == 0]
+    return CheckResult("no-vacuous-checks", "harness: a check that ran over zero rows where the scenario promised "
+                       "some makes the run fail", not evidence, evidence, len(checks))
 
 
 # -- scenario expectations and crash equivalence --------------------------------------------------------
@@ -333,15 +434,71 @@ def model_agreement(picture: dict, model) -> CheckResult:
                        "testhost/model.py over the same timeline", not evidence, evidence, len(expected))
 
 
-def client_outcomes(outcomes: list) -> CheckResult:
-    """Every client step answered as the scenario says: ok, or refused with the expected problem type."""
-    evidence = []
-    for step, response in outcomes:
+CLIENT_RULE = "Schedule API validation and domain conflicts return durable problem results."
+
+
+def client_outcomes(outcomes: list) -> list[CheckResult]:
+    """Every step with an expected answer answered as the scenario says: ok, or refused with the expected
+    problem type, changing no row where the step says a refusal must change nothing. Steps that cite a spec
+    rule are judged under it; the rest under the problem-result rule."""
+    groups: dict[str, tuple[list, int]] = {}
+    for step, response, changed in outcomes:
+        rule = step.args.get("rule", CLIENT_RULE)
+        evidence, rows = groups.get(rule, ([], 0))
         wanted = step.expected_outcome
         problem_type = (response.problem or {}).get("type", "")
         if response.outcome != wanted or ("problem" in step.args and not problem_type.endswith(step.args["problem"])):
             evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
                              "expected_problem": step.args.get("problem"), "outcome": response.outcome,
                              "problem": response.problem, "error": response.error})
-    return CheckResult("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
-                       "results.", not evidence, evidence, len(outcomes))
+        if changed:
+            evidence.append({"step": step.index + 1, "op": step.op, "refused_but_changed": changed})
+        groups[rule] = (evidence, rows + 1)
+    return [CheckResult("client-outcomes" if rule == CLIENT_RULE else "step-outcomes", rule, not evidence, evidence,
+                        rows) for rule, (evidence, rows) in groups.items()]
+
+
+def coalesced_forward(observations: list[tuple[int, dict]]) -> CheckResult:
+    """Across the states seen after each step, a pending coalesced row keeps its first instant and its last
+    instant never moves back, until it is materialized or superseded."""
+    evidence = []
+    rows = 0
+    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+        for key, row in seen_a["pending"].items():
+            rows += 1
+            later = seen_b["all"].get(key)
+            if later is None:
+                evidence.append({"after_step": step_a + 1, "pending_coalesced": row, "at_step": step_b + 1,
+                                 "gone": True, "pending_coalesced_now": list(seen_b["pending"].values())})
+            elif later["last_nominal_utc"] < row["last_nominal_utc"]:
+                evidence.append({"after_step": step_a + 1, "pending_coalesced": row, "at_step": step_b + 1,
+                                 "moved_back_to": later})
+    return CheckResult("coalesced-range-forward", "A pending coalesced row may only move its last nominal instant "
+                       "forward.", not evidence, evidence, rows)
+
+
+def one_pending_coalesced_seen(observations: list[tuple[int, dict]]) -> CheckResult:
+    """In the state seen after every step (not only the final one), at most one pending coalesced occurrence
+    per schedule and generation."""
+    evidence = []
+    rows = 0
+    for step, seen in observations:
+        by_generation: dict = {}
+        for key, row in seen["pending"].items():
+            rows += 1
+            by_generation.setdefault(key[:2], []).append(row)
+        evidence += [{"after_step": step + 1, "pending_coalesced": occs}
+                     for occs in by_generation.values() if len(occs) > 1]
+    return CheckResult("at-most-one-pending-coalesced-at-every-step", "Subsequent overlapping nominal instants are "
+                       "represented by at most one pending coalesced occurrence.", not evidence, evidence, rows)
+
+
+def late_writes(before: dict, after: dict, context: dict) -> CheckResult:
+    """A processor resumed after another took its expired lease over writes nothing more for that schedule."""
+    changed = {table: {"before": before[table], "after": after[table]} for table in before
+               if before[table] != after[table]}
+    evidence = [{"schedule_id": context.get("schedule_id"), "barrier": context.get("barrier"), "changed": changed}] \
+        if changed else []
+    return CheckResult("late-writes-fenced", "A trusted dispatcher claims one payload-free dispatch queue row under a "
+                       "lease and commits before accessing scoped data. (A lease that expired and was taken over "
+                       "fences every later write of its holder.)", not evidence, evidence, len(before))

@@ -29,6 +29,18 @@ def cmd_certify(args) -> int:
     return code
 
 
+def cmd_mutants(args) -> int:
+    from pathlib import Path
+
+    from .certify import Options
+    from .mutation import run_mutants
+    try:
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs), args.mutant)
+    except ValueError as exc:
+        raise TestHostError(str(exc)) from None
+    return code
+
+
 def cmd_barriers(args) -> int:
     from barriers import CATALOG
     for b in CATALOG:
@@ -103,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
     certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
     certify.set_defaults(run=cmd_certify)
+
+    mutants = sub.add_parser("mutants", help="run the matrix against every mutant of the reference; prints which "
+                             "cases caught each one and under which rule, then the mutation score")
+    mutants.add_argument("--report-dir", default="report", help="where mutants.json goes (default: report)")
+    mutants.add_argument("--jobs", type=int, default=1, help="worlds side by side (default 1)")
+    mutants.add_argument("--mutant", help="only mutants matching these comma-separated globs")
+    mutants.set_defaults(run=cmd_mutants)
 
     listing = sub.add_parser("barriers", help="list the barrier catalog")
     listing.set_defaults(run=cmd_barriers)

@@ -29,6 +29,7 @@ class Injection:
     barrier: str
     details: dict[str, Any] = field(default_factory=dict)
     open_xid: int | None = None  # the implementation's open write transaction at the barrier, if any
+    context: dict[str, Any] = field(default_factory=dict)  # what the implementation said at the barrier
 
 
 class Fault(Protocol):
@@ -143,6 +144,12 @@ class Pause:
             counts = run.drain(second)
             injection.details["takeover_passes"] = counts
             second.stop()
+            if barrier.position == "after-commit" and not run.concurrent and "schedule_id" in injection.context:
+                # Between its transactions the paused processor holds no lock: from here on its lease is
+                # another's, so whatever it does next for this schedule must be fenced (write nothing).
+                schedule_id = injection.context["schedule_id"]
+                run.late_probe = ({"schedule_id": schedule_id, "barrier": barrier.name},
+                                  run.schedule_rows(schedule_id))
         finally:
             impl.resume()
 

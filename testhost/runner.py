@@ -19,8 +19,8 @@ from psycopg.rows import dict_row
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
-from .checks import (CheckResult, client_outcomes, equivalence, expectations, model_agreement, normalize,
-                     universal)
+from .checks import (CheckResult, client_outcomes, coalesced_forward, equivalence, expectations, late_writes,
+                     model_agreement, normalize, one_pending_coalesced_seen, universal, vacuity)
 from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .implementation import AdapterProtocolError, Implementation, Response
@@ -35,14 +35,14 @@ MAX_DRAIN_PASSES = 20
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
 
 
-_pools: dict[int, StorePool] = {}
+_pools: dict[tuple, StorePool] = {}
 
 
-def store_pool(world: World) -> StorePool:
-    """The world's pool of prepared stores (made on first use, closed when the world goes down)."""
-    key = id(world)
+def store_pool(world: World, migrations: Path | None = None) -> StorePool:
+    """The world's pool of prepared stores per schema (made on first use, closed when the world goes down)."""
+    key = (id(world), str(migrations) if migrations else None)
     if key not in _pools:
-        _pools[key] = StorePool(world)
+        _pools[key] = StorePool(world, migrations=migrations)
         world.on_down.append(lambda: _pools.pop(key).close())
     return _pools[key]
 
@@ -86,8 +86,10 @@ class CaseOutcome:
 class CaseRun:
     """Everything one case needs while it runs; faults call back into it (advance, drain, start)."""
 
-    def __init__(self, world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path):
+    def __init__(self, world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
+                 migrations: Path | None = None):
         self.world, self.scenario, self.plan, self.command = world, scenario, plan, command
+        self.migrations = migrations
         self.log_dir = log_dir
         self.store: Store | None = None
         self.impls: dict[str, Implementation] = {}
@@ -105,7 +107,10 @@ class CaseRun:
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.model = Model()  # what Gate A says this timeline must produce, kept step by step
-        self.client_outcomes: list[tuple[Step, Response]] = []
+        self.client_outcomes: list[tuple[Step, Response, dict]] = []
+        self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
+        self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
+        self.drained_at: datetime | None = None
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -134,7 +139,7 @@ class CaseRun:
                     self.hits[name] = self.hits.get(name, 0) + 1
                 fire = False
             if fire:
-                self.injection = Injection(self.plan.fault, name)
+                self.injection = Injection(self.plan.fault, name, context=dict(context))
         self.note("barrier", instance=impl.label, name=name, context=context)
         if fire:
             self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
@@ -163,6 +168,7 @@ class CaseRun:
     def drain(self, impl: Implementation) -> int:
         """Fault-free passes until nothing is due (or a pass claims nothing)."""
         self.model.drain(self.world.clock.now())
+        self.drained_at = self.world.clock.now()
         passes = 0
         while passes < MAX_DRAIN_PASSES and self.anything_due():
             response = impl.request("process-due", {"maximum_schedules": 64,
@@ -175,6 +181,39 @@ class CaseRun:
         return passes
 
     # -- steps ---------------------------------------------------------------------------------------------
+
+    def schedule_rows(self, schedule_id: str) -> dict:
+        """Everything durable about one schedule (for the late-write fence)."""
+        with self.owner() as conn:
+            def rows(sql: str) -> list:
+                return [dict(r) for r in conn.execute(sql, (schedule_id,)).fetchall()]
+            return {
+                "definition": rows("select * from appsurface_durable.schedule_definitions where schedule_id = %s"),
+                "dispatch": rows("select d.*, t.due_at_utc, t.claimable_at_utc, t.lease_owner, t.lease_expires_at_utc "
+                                 "from appsurface_durable.schedule_dispatch d join "
+                                 "appsurface_durable.schedule_dispatch_timing t using (dispatch_id) "
+                                 "where d.schedule_id = %s"),
+                "occurrences": rows("select * from appsurface_durable.schedule_occurrences where schedule_id = %s "
+                                    "order by generation, occurrence_kind, first_nominal_utc"),
+                "history": rows("select count(*) as events from appsurface_durable.schedule_history "
+                                "where schedule_id = %s"),
+            }
+
+    def observe_coalesced(self, index: int) -> None:
+        with self.owner() as conn:
+            rows = conn.execute("select schedule_id, generation, first_nominal_utc, last_nominal_utc, state "
+                                "from appsurface_durable.schedule_occurrences "
+                                "where occurrence_kind = 'coalesced'").fetchall()
+        key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
+        self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
+                                            "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"}}))
+
+    def _dispatch_rows(self) -> list:
+        with self.owner() as conn:
+            return [dict(r) for r in conn.execute(
+                "select d.*, t.due_at_utc, t.claimable_at_utc, t.lease_owner, t.lease_expires_at_utc "
+                "from appsurface_durable.schedule_dispatch d join appsurface_durable.schedule_dispatch_timing t "
+                "using (dispatch_id) order by d.schedule_id").fetchall()]
 
     def _revision(self, schedule: str) -> int:
         with self.owner() as conn:
@@ -270,9 +309,21 @@ class CaseRun:
                 if label not in self.impls:
                     self.impls[label] = self.start_implementation(label)
             request = {"maximum_schedules": args.get("maximum_schedules", 1),
-                       "lease_seconds": self.scenario.lease_seconds}
-            if "cancel_after" in args:
-                request["cancel_after"] = args["cancel_after"]
+                       "lease_seconds": args.get("lease_seconds", self.scenario.lease_seconds)}
+            for key in ("cancel_after", "lease_owner"):
+                if key in args:
+                    request[key] = args[key]
+            if "expect" in args:  # a pass the scenario expects an answer of, e.g. a refused lease
+                before = self._dispatch_rows()
+                response = self.impls[labels[0]].request("process-due", request)
+                self._record(response, "process-due", labels[0])
+                after = self._dispatch_rows()
+                refused_but_changed = ({"before": before, "after": after}
+                                       if response.outcome == "fail" and before != after else {})
+                self.client_outcomes.append((step, response, refused_but_changed))
+                if step.expected_outcome == "ok":
+                    self.model.pass_(self.world.clock.now(), request["maximum_schedules"])
+                return
             self.model.pass_(self.world.clock.now(),
                              min(request["maximum_schedules"], args.get("cancel_after", 1 << 30)) * len(labels))
             if len(labels) == 1:
@@ -304,7 +355,7 @@ class CaseRun:
         op = {"release": "release-after-recovery"}.get(step.op, step.op)
         response = self._client_op(op, request)
         self._record(response, op)
-        self.client_outcomes.append((step, response))
+        self.client_outcomes.append((step, response, {}))
         if response.outcome == "ok":
             self._model_client_step(step)
 
@@ -407,7 +458,7 @@ class CaseRun:
                 if not self.world.capabilities.has(capability):
                     outcome.verdict, outcome.reason = "not-run", self.world.capabilities.reason(capability)
                     return outcome
-            self.store = store_pool(self.world).take()
+            self.store = store_pool(self.world, self.migrations).take()
             self.store.create_scope(SCOPE)
             self.world.clock.set_time(T0)
             self.store.ensure_partitions()
@@ -416,28 +467,40 @@ class CaseRun:
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
             recovered = False
+            late_check = None
             for step in self.scenario.steps:
                 self.step(step)
                 if self._protocol_error:
                     raise self._protocol_error
                 if self.fault_error:
                     raise TestHostError(f"fault could not be injected: {self.fault_error}")
+                if self.late_probe is not None and late_check is None:
+                    context, before = self.late_probe
+                    late_check = late_writes(before, self.schedule_rows(context["schedule_id"]), context)
+                self.observe_coalesced(step.index)
                 if self.injection is not None and not recovered:
                     self.recover(step)
                     recovered = True
+                    self.observe_coalesced(step.index)
             self.note("final-drain")
             self.drain(self.impls["A"])
             if self.injection is not None:
                 self.settle()
             state = read_state(self.store.owner_dsn)
+            state.drained_at = self.drained_at
             checks = universal(state)
+            checks.append(coalesced_forward(self.coalesced_seen))
+            checks.append(one_pending_coalesced_seen(self.coalesced_seen))
+            if late_check is not None:
+                checks.append(late_check)
             if self.plan.fault is None or self.scenario.equivalence:
                 # A timeline whose outcome a fault's recovery changes (equivalence = false) is held to its
                 # expectations in its fault-free run; its faulted runs are judged by the model instead.
                 checks.append(expectations(state, self.scenario.expect, self.schedule_ids, self._resolve))
+                checks.append(vacuity(checks, self.scenario.expect))
             picture = normalize(state, self.schedule_ids)
             checks.append(model_agreement(picture, self.model))
-            checks.append(client_outcomes(self.client_outcomes))
+            checks.extend(client_outcomes(self.client_outcomes))
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", "harness: a planned barrier or fault that never "
@@ -488,5 +551,5 @@ class CaseRun:
 
 
 def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
-             baseline: dict | None = None) -> CaseOutcome:
-    return CaseRun(world, scenario, plan, command, log_dir).execute(baseline)
+             baseline: dict | None = None, migrations: Path | None = None) -> CaseOutcome:
+    return CaseRun(world, scenario, plan, command, log_dir, migrations).execute(baseline)

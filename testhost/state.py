@@ -33,6 +33,7 @@ class StoreState:
     work: list[dict]
     dispatch: list[dict]
     history: list[dict]
+    drained_at: datetime | None = None  # server time when the final fault-free passes began, if any
 
     def generation(self, schedule_id, generation: int) -> dict | None:
         return next((g for g in self.generations

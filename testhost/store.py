@@ -3,10 +3,12 @@ clone per test or case. Set-up uses the reference's migrations (the normative sc
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -21,13 +23,32 @@ _counter = itertools.count(1)
 _lock = threading.Lock()
 
 
-def _prepare_template(world: World, *, upto: int | None) -> str:
-    """Create (once per world and migration target) a database with roles granted and migrations applied."""
+def schema_migrations(directory: Path):
+    """The numbered migrations an implementation ships in its own directory (a mutant's changed schema)."""
+    from reference.sql import Migration, MIGRATION_FILE
+
+    found = []
+    for path in sorted(directory.iterdir()):
+        match = MIGRATION_FILE.match(path.name)
+        if match:
+            found.append(Migration(int(match.group(1)), path.name, path.read_text()))
+    if [m.version for m in found] != list(range(1, len(found) + 1)) or not found:
+        raise ValueError(f"{directory} must hold migrations numbered 0001.. without gaps")
+    return found
+
+
+def _prepare_template(world: World, *, upto: int | None, migrations: Path | None = None) -> str:
+    """Create (once per world and migration set) a database with roles granted and migrations applied.
+    Without `migrations` the schema is the reference's (normative) one."""
     from reference.db import Session
-    from reference.migrations import migrate
+    from reference.migrations import apply, migrate
     from reference.roles import apply_recipe
 
     name = TEMPLATE if upto is None else f"{TEMPLATE}_v{upto}"
+    shipped = schema_migrations(migrations) if migrations is not None else None
+    if shipped is not None:
+        digest = hashlib.sha256("".join(m.checksum for m in shipped).encode()).hexdigest()[:12]
+        name = f"{TEMPLATE}_{digest}"
     with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
         if admin.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
             return name
@@ -36,7 +57,11 @@ def _prepare_template(world: World, *, upto: int | None) -> str:
     apply_recipe(recipe)
     recipe.close()
     owner = Session(world.admin_dsn(dbname=name, user=OWNER))
-    migrate(owner, upto)
+    if shipped is None:
+        migrate(owner, upto)
+    else:
+        for migration in shipped:
+            apply(owner, migration)
     owner.close()
     return name
 
@@ -82,13 +107,14 @@ class Store:
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(self.dbname)))
 
 
-def new_store(world: World, *, upto: int | None = None) -> Store:
-    """A fresh database cloned from the migrated template (migrations up to `upto`, default all)."""
+def new_store(world: World, *, upto: int | None = None, migrations: Path | None = None) -> Store:
+    """A fresh database cloned from the migrated template (migrations up to `upto`, default all; from the
+    directory `migrations` when the implementation ships its own schema)."""
     from reference.db import Session
     from reference.roles import apply_recipe
 
     with _lock:
-        template = _prepare_template(world, upto=upto)
+        template = _prepare_template(world, upto=upto, migrations=migrations)
         name = f"store_{os.getpid()}_{next(_counter)}"
         with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
@@ -127,9 +153,10 @@ class StorePool:
     """Clones made ahead on a background thread, so a case does not wait for CREATE DATABASE (about 0.3 s
     with fsync on). One spare at a time; every store is used once and dropped."""
 
-    def __init__(self, world: World, spares: int = 1):
+    def __init__(self, world: World, spares: int = 1, migrations: Path | None = None):
         import queue
         self.world = world
+        self.migrations = migrations
         self._ready: "queue.Queue[Store | BaseException]" = queue.Queue(maxsize=spares)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._fill, daemon=True, name="store-pool")
@@ -139,7 +166,7 @@ class StorePool:
         """A new store; while a case crashes and restarts the server under us, try again (bounded)."""
         for attempt in range(attempts):
             try:
-                return new_store(self.world)
+                return new_store(self.world, migrations=self.migrations)
             except Exception as exc:  # noqa: BLE001 - handed to the taker if every attempt fails
                 failure = exc
                 if self._stop.wait(0.25):

@@ -17,7 +17,8 @@ SCOPE = "tenant-a"
 
 def _generation(n=1, accepted=T, kind="every"):
     return {"scope_id": SCOPE, "schedule_id": S, "generation": n, "schedule_kind": kind, "anchor_utc": T,
-            "at_utc": None, "accepted_at_utc": accepted, "target_command": "report"}
+            "at_utc": None, "after_us": None, "every_us": 60_000_000, "safety_window_us": 3_600_000_000,
+            "accepted_at_utc": accepted, "target_command": "report"}
 
 
 def _occurrence(first_s, *, last_s=None, kind="nominal", state="materialized", generation=1, materialized_s=None):
@@ -56,7 +57,8 @@ def good_state() -> StoreState:
         occurrences=[o1, o2, o3],
         work=[_work_for(o1, terminal_s=100), _work_for(o2, state="running")],
         dispatch=[{"schedule_id": S, "lease_state": "ready", "claimable_at_utc": T + timedelta(seconds=360)}],
-        history=[])
+        history=[],
+        drained_at=T + timedelta(seconds=290))
 
 
 def _check(name):
@@ -67,7 +69,7 @@ def test_a_correct_state_passes_every_invariant_and_each_examines_rows():
     results = universal(good_state())
     assert all(r.ok for r in results), [r.to_json() for r in results if not r.ok]
     assert all(r.rule for r in results)
-    assert {r.name for r in results if r.rows == 0} <= {"suspension-keeps-the-cursor"}
+    assert {r.name for r in results if r.rows == 0} <= {"suspension-keeps-the-cursor", "fence-before-cursor"}
 
 
 def _break(mutate):
@@ -82,7 +84,14 @@ BREAKAGES = {
     "deterministic-work-identity": lambda s: s.work.__setitem__(0, {**s.work[0], "activity": "something/else"}),
     "link-compare-or-return": lambda s: s.occurrences.__setitem__(
         0, {**s.occurrences[0], "work_command": "other"}),
-    "cursor-within-decisions-and-cutoff": lambda s: s.definitions.__setitem__(
+    "instant-decided-once": lambda s: s.occurrences.append(_occurrence(180, state="pending")),
+    "due-instants-decided": lambda s: setattr(s, "drained_at", T + timedelta(seconds=400)),
+    "anomaly-suspends": lambda s: s.occurrences.__setitem__(
+        0, {**s.occurrences[0], "decided_at_utc": T + timedelta(seconds=60 + 3601)}),
+    "fence-before-cursor": lambda s: s.history.append(
+        {"schedule_id": S, "event": "suspended", "recorded_at_utc": s.occurrences[2]["decided_at_utc"],
+         "detail": {"reason": "runtime-epoch", "persisted": 1, "store": 2}}),
+    "cursor-within-decisions-and-server-time": lambda s: s.definitions.__setitem__(
         0, {**s.definitions[0], "cursor_utc": T + timedelta(seconds=200)}),
     "at-most-one-pending-coalesced": lambda s: s.occurrences.append(
         _occurrence(250, kind="coalesced", state="pending")),
@@ -159,9 +168,60 @@ def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
     from testhost.implementation import Response
     refused = Response("fail", problem={"type": "urn:appsurface-durable:problem:schedule-deleted", "status": 409})
     step = Step("update", {"schedule": "s", "spec": {}, "expect": "fail", "problem": "schedule-deleted"}, 4)
-    assert client_outcomes([(step, refused)]).ok
+    assert all(r.ok for r in client_outcomes([(step, refused, {})]))
     wrong_problem = Response("fail", problem={"type": "urn:appsurface-durable:problem:revision-conflict"})
-    assert not client_outcomes([(step, wrong_problem)]).ok
+    assert not client_outcomes([(step, wrong_problem, {})])[0].ok
     accepted = Response("ok", value={})
-    result = client_outcomes([(step, accepted), (Step("create", {"schedule": "s", "spec": {}}, 0), refused)])
+    [result] = client_outcomes([(step, accepted, {}), (Step("create", {"schedule": "s", "spec": {}}, 0), refused, {})])
     assert not result.ok and [e["step"] for e in result.evidence] == [5, 1]
+
+
+def test_a_step_citing_a_rule_is_judged_under_it_and_a_refusal_must_change_nothing():
+    from scenarios.model import Step
+    from testhost.checks import CLIENT_RULE, client_outcomes
+    from testhost.implementation import Response
+    rule = "The function rejects blank or control-character lease owners"
+    step = Step("process", {"lease_seconds": 1800, "expect": "fail", "rule": rule}, 2)
+    [ok] = client_outcomes([(step, Response("fail", error={"kind": "DatabaseError"}), {})])
+    assert ok.ok and ok.rule == rule and ok.name == "step-outcomes"
+    [granted] = client_outcomes([(step, Response("ok", value={"claimed": 1}), {})])
+    assert not granted.ok and granted.rule == rule
+    [changed] = client_outcomes([(step, Response("fail"), {"before": [1], "after": [2]})])
+    assert not changed.ok and "refused_but_changed" in changed.evidence[0]
+    results = client_outcomes([(step, Response("fail"), {}), (Step("create", {"schedule": "s"}, 0), Response("ok"), {})])
+    assert sorted(r.rule for r in results) == sorted([rule, CLIENT_RULE])
+
+
+def _seen(*rows):
+    keyed = {(str(S), 1, T + timedelta(seconds=first)): {"first_nominal_utc": T + timedelta(seconds=first),
+                                                         "last_nominal_utc": T + timedelta(seconds=last),
+                                                         "state": state} for first, last, state in rows}
+    return {"all": keyed, "pending": {k: v for k, v in keyed.items() if v["state"] == "pending"}}
+
+
+def test_a_pending_coalesced_range_only_moves_its_last_instant_forward():
+    from testhost.checks import coalesced_forward
+    grown = [(1, _seen((180, 180, "pending"))), (2, _seen((180, 240, "pending"))), (3, _seen((180, 240, "materialized")))]
+    assert coalesced_forward(grown).ok and coalesced_forward(grown).rows == 2
+    moved = [(1, _seen((180, 180, "pending"))), (2, _seen((240, 240, "pending")))]
+    result = coalesced_forward(moved)
+    assert not result.ok and result.evidence[0]["gone"] and "last nominal instant forward" in result.rule
+    back = [(1, _seen((180, 240, "pending"))), (2, _seen((180, 200, "pending")))]
+    assert not coalesced_forward(back).ok
+
+
+def test_a_resumed_processor_that_writes_after_losing_its_lease_fails_the_fence_check():
+    from testhost.checks import late_writes
+    before = {"dispatch": [{"dispatch_revision": 4}], "occurrences": []}
+    assert late_writes(before, dict(before), {"schedule_id": "s"}).ok
+    result = late_writes(before, {**before, "dispatch": [{"dispatch_revision": 5}]}, {"schedule_id": "s"})
+    assert not result.ok and "dispatch" in result.evidence[0]["changed"] and "under a lease" in result.rule
+
+
+def test_two_pending_coalesced_seen_after_any_step_fail_even_when_the_final_state_has_one():
+    from testhost.checks import one_pending_coalesced_seen
+    one = [(1, _seen((180, 180, "pending"))), (2, _seen((180, 240, "pending"), (120, 120, "materialized")))]
+    assert one_pending_coalesced_seen(one).ok
+    two = [(1, _seen((180, 180, "pending"), (240, 240, "pending"))), (2, _seen((180, 180, "materialized")))]
+    result = one_pending_coalesced_seen(two)
+    assert not result.ok and result.evidence[0]["after_step"] == 2 and "at most one pending coalesced" in result.rule

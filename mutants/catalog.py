@@ -1,0 +1,145 @@
+"""The mutant catalog: one broken rule each, named by the spec sentence it breaks."""
+
+from __future__ import annotations
+
+from . import Edit, Mutant
+
+ONE_TRANSACTION = "It writes the occurrence disposition and cursor movement in one scoped transaction."
+DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "
+                 "the immutable occurrence.")
+COMPARE_OR_RETURN = ("The occurrence link is compare-or-return: if no link exists, write the exact accepted Work "
+                     "identity and materialized state; otherwise return the stored tuple only when it matches exactly.")
+LEASE = ("A trusted dispatcher claims one payload-free dispatch queue row under a lease and commits before "
+         "accessing scoped data.")
+CUTOFF = "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL."
+COALESCED_FORWARD = "A pending coalesced row may only move its last nominal instant forward."
+FENCE_FIRST = "A mismatch suspends the Schedule before it moves the cursor or accepts Work."
+ONE_COALESCED = ("Subsequent overlapping nominal instants are represented by at most one pending coalesced "
+                 "occurrence.")
+RETRY_KEEPS_SLOT = "Retries, suspended Work, and any still-nonterminal Work do not release the slot."
+SUPERSEDE = ("A generation update supersedes old unstarted occurrences, but an already started old-generation "
+             "target remains durable history and continues to occupy its slot.")
+ANOMALY = "An anomalously large forward cutoff suspends the Schedule without moving its cursor."
+CLAIM_LIMITS = ("The function rejects blank or control-character lease owners and lease durations that are null, "
+                "non-positive, or longer than ten minutes before it changes a row, so an untrusted dispatcher call "
+                "cannot strand a Schedule in a non-expiring or excessively long lease.")
+RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
+                      "an evaluator/clock suspension.")
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "cursor-own-transaction", ONE_TRANSACTION,
+        "The decision transaction records the occurrence; the cursor moves later, in a transaction of its own.",
+        (Edit("processor.py",
+              '            s.execute(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
+         Edit("processor.py",
+              "            bridge = self._decide(s, claim, counts)\n",
+              "            self._cursor_later = None\n            bridge = self._decide(s, claim, counts)\n"),
+         Edit("processor.py",
+              '        barriers.hit("schedule-decision-after-commit", **context)\n',
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              '        if self._cursor_later is not None:\n'
+              '            with self.runtime.scoped(scope_id, self.runtime_role) as s:\n'
+              '                s.execute(query("schedule", "move_cursor"), self._cursor_later)\n')),
+        slice=("*/schedule-decision-after-commit/kill/*",)),
+    Mutant(
+        "random-work-id", DETERMINISTIC,
+        "The bridge accepts Work under a random Work ID instead of the one derived from the occurrence.",
+        (Edit("processor.py",
+              "            work = work_identity(identity, generation.target.command)\n",
+              "            work = work_identity(identity, generation.target.command)\n"
+              "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),),
+        slice=("at-single",)),
+    Mutant(
+        "no-lease-fence", LEASE,
+        "A processor whose lease expired and was taken over keeps writing: the dispatch revision is not compared.",
+        (Edit("processor.py",
+              'if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision '
+              'or dispatch["lease_state"] != "leased":',
+              "if dispatch is None:"),),
+        slice=("*/schedule-claim-after-commit/pause/*",)),
+    Mutant(
+        "processor-clock-cutoff", CUTOFF,
+        "The cutoff is the processor's own clock instead of PostgreSQL's transaction time.",
+        (Edit("processor.py",
+              '        cutoff = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]\n',
+              "        cutoff = datetime.now().astimezone()\n"),),
+        slice=("every-anchored",)),
+    Mutant(
+        "coalesced-range-moved", COALESCED_FORWARD,
+        "Extending a pending coalesced occurrence moves its whole range forward (its first instant too) instead "
+        "of moving only its last instant.",
+        (Edit("queries/schedule.sql",
+              "update appsurface_durable.schedule_occurrences set last_nominal_utc = %(last_nominal_utc)s\n",
+              "update appsurface_durable.schedule_occurrences\n"
+              "   set first_nominal_utc = first_nominal_utc + (%(last_nominal_utc)s - last_nominal_utc),\n"
+              "       last_nominal_utc = %(last_nominal_utc)s\n"),),
+        slice=("coalesce-terminal-callback",)),
+    Mutant(
+        "fences-after-cursor", FENCE_FIRST,
+        "The decision records occurrences and moves the cursor first, and compares the fences afterwards.",
+        (Edit("processor.py",
+              '        """The decision transaction. Returns whether an occurrence may now bridge."""\n'
+              "        dispatch, definition, generation = self._load(s, claim)\n"
+              "        if generation is None or not self._check_fences(s, definition, counts):\n",
+              '        """The decision transaction. Returns whether an occurrence may now bridge."""\n'
+              "        dispatch, definition, generation = self._load(s, claim)\n"
+              "        if generation is None:\n"),
+         Edit("processor.py",
+              "            cursor = cutoff\n        candidate = due.bridge_candidate(s, schedule_id, gen)\n",
+              "            cursor = cutoff\n"
+              "        if not self._check_fences(s, definition, counts):\n"
+              "            self._release(s, dispatch, None)\n"
+              "            return False\n"
+              "        candidate = due.bridge_candidate(s, schedule_id, gen)\n")),
+        slice=("epoch-release", "scope-generation-repair")),
+    Mutant(
+        "coalesced-added-twice", ONE_COALESCED,
+        "Overlapping instants add a new pending coalesced occurrence each pass instead of extending the one "
+        "waiting (and the schema's one-pending-coalesced index is gone).",
+        (Edit("processor.py",
+              '            coalesced = next((o for o in waiting if o["occurrence_kind"] == "coalesced"), None)\n',
+              "            coalesced = None\n"),
+         Edit("migrations/0004_schedule_protocol.sql",
+              "create unique index schedule_occurrences_one_pending_coalesced\n"
+              "    on appsurface_durable.schedule_occurrences (scope_id, schedule_id, generation)\n"
+              "    where occurrence_kind = 'coalesced' and state = 'pending';\n", "")),
+        slice=("coalesce-terminal-callback",)),
+    Mutant(
+        "retry-releases-slot", RETRY_KEEPS_SLOT,
+        "Work in retry no longer occupies the QueueOne slot.",
+        (Edit("queries/schedule.sql",
+              "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled')",
+              "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled', 'retrying')"),),
+        slice=("held-slot",)),
+    Mutant(
+        "superseded-materialized", SUPERSEDE,
+        "The bridge still takes a superseded occurrence of an old generation as its candidate and materializes it.",
+        (Edit("due.py", "    waiting = pending(s, schedule_id, generation)\n    return waiting[0] if waiting else None",
+              "    waiting = s.all(\"select * from appsurface_durable.schedule_occurrences where schedule_id = \"\n"
+              "                    \"%(schedule_id)s and state = 'superseded'\", {\"schedule_id\": schedule_id})\n"
+              "    waiting += pending(s, schedule_id, generation)\n    return waiting[0] if waiting else None"),
+         Edit("processor.py", "identity = OccurrenceIdentity(scope_id, schedule_id, gen, ",
+              'identity = OccurrenceIdentity(scope_id, schedule_id, occurrence["generation"], ')),
+        slice=("generation-update-supersedes",)),
+    Mutant(
+        "anomaly-processed", ANOMALY,
+        "A forward cutoff far past the safety window is processed as a recovery range instead of suspending.",
+        (Edit("evaluator.py", "    if lateness > safety_window:\n", "    if lateness > safety_window * 1_000_000:\n"),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "claim-long-lease", CLAIM_LIMITS,
+        "claim_schedule_dispatch accepts leases up to an hour, so a 30-minute lease is granted.",
+        (Edit("migrations/0004_schedule_protocol.sql", "p_lease_duration > interval '10 minutes'",
+              "p_lease_duration > interval '1 hour'"),),
+        slice=("claim-refusals",)),
+    Mutant(
+        "release-clears-clock-suspension", RELEASE_ONLY_EPOCH,
+        "ReleaseAfterRecovery also clears a clock-anomaly suspension.",
+        (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
+              'if current["suspension_reason"] not in ("runtime-epoch", "clock-anomaly"):'),),
+        slice=("release-refuses-clock-suspension",)),
+)
+
+BY_NAME = {m.name: m for m in MUTANTS}

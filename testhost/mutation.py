@@ -1,0 +1,210 @@
+"""`crashproof mutants`: run the matrix against every mutant and report which cases caught it, under which rule.
+
+A mutant counts as killed only when a case fails with a check that names the spec sentence the mutant
+breaks. The search goes from cheap to exhaustive and stops per mutant once that happens: first the cases
+the mutant's catalog entry points at (its slice), then every scenario's fault-free run, then the rest of
+the matrix. A control run puts the reference through the same slices: a slice the reference fails too
+proves nothing, so the run fails.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mutants import MUTANTS, Mutant, migrations_dir
+from scenarios.matrix import expand
+from scenarios.model import load_catalog
+
+from .certify import Options, Pool, Progress, _pool_factory, _worker_run, run_cases
+from .faults import FAULTS
+from .runner import REFERENCE_COMMAND, CasePlan
+
+
+@dataclass
+class Verdict:
+    """What the matrix made of one mutant."""
+
+    mutant: Mutant
+    cases_run: int = 0
+    failed: list[dict] = field(default_factory=list)  # {"id", "checks": [(name, rule)]}
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.failed)
+
+    @property
+    def naming(self) -> list[dict]:
+        """The failed cases whose diagnosis names the broken rule."""
+        return [c for c in self.failed if any(self.mutant.rule in rule for _, rule in c["checks"])]
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.naming)
+
+    def to_json(self) -> dict:
+        return {"mutant": self.mutant.name, "rule": self.mutant.rule, "description": self.mutant.description,
+                "caught": self.caught, "rule_named": self.killed, "cases_run": self.cases_run,
+                "caught_by": [c["id"] for c in (self.naming or self.failed)],
+                "checks_named": sorted({name for c in (self.naming or self.failed) for name, rule in c["checks"]
+                                        if not self.naming or self.mutant.rule in rule}),
+                "errors": self.errors[:5]}
+
+
+def _matches(plan: CasePlan, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatch(plan.id, p) for p in patterns)
+
+
+def select_mutants(names: str | None) -> list[Mutant]:
+    chosen = [m for m in MUTANTS if names is None or any(fnmatch.fnmatch(m.name, n) for n in names.split(","))]
+    if not chosen:
+        raise ValueError(f"no mutant matches {names!r}; `python -m mutants --list` shows the catalog")
+    return chosen
+
+
+def plan_slices(mutants: list[Mutant], census: dict[str, dict[str, int]]):
+    """Every case of the matrix, and per mutant the cases its slice names (fault-free runs by scenario name)."""
+    scenarios = load_catalog()
+    faulted, _ = expand(scenarios, census, FAULTS)
+    fault_free = [CasePlan(s.name) for s in scenarios]
+    matrix = fault_free + faulted
+    return matrix, {m.name: [p for p in matrix if _matches(p, m.slice)] for m in mutants}
+
+
+def _with_baselines(plans: list[CasePlan]) -> list[CasePlan]:
+    """A faulted case is compared with its scenario's fault-free run: that runs first, in the same batch."""
+    wanted = {p.scenario for p in plans if p.fault is not None} - {p.scenario for p in plans if p.fault is None}
+    return [CasePlan(name) for name in sorted(wanted)] + plans
+
+
+@dataclass(frozen=True)
+class Job(CasePlan):
+    """A case for one implementation: the mutant's command and schema travel with the plan."""
+
+    command: str = ""
+    migrations: str | None = None
+
+    @property
+    def case(self) -> CasePlan:
+        return CasePlan(self.scenario, self.barrier, self.fault, self.hit, self.repeat)
+
+
+def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
+    return _worker_run(job.case, job.command, log_dir, baseline, job.migrations)
+
+
+class MutantRun:
+    """Runs batches of jobs through one worker pool, fault-free cases first so faulted ones have baselines."""
+
+    def __init__(self, options: Options, log_dir: Path):
+        self.options, self.log_dir = options, log_dir
+        self.pool = Pool(_pool_factory(options))
+        self.pictures: dict[tuple[str, str], dict] = {}  # (command, scenario) -> fault-free picture
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def run(self, jobs: list[tuple[str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
+        """jobs: (command, migrations, plan). Returns (command, case) for every plan that ran."""
+        results: list[tuple[str, dict]] = []
+        for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
+            batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations)
+                     for command, migrations, p in jobs if phase(p)]
+            if not batch:
+                continue
+            ran = run_cases(self.pool, [(j, self.pictures.get((j.command, j.scenario))) for j in batch], "",
+                            str(self.log_dir), Progress(len(batch), self.options.progress, label), worker=_job_worker)
+            for r in ran:
+                job = r["plan"]
+                if job.fault is None and r.get("picture") is not None:
+                    self.pictures[(job.command, job.scenario)] = r["picture"]
+                results.append((job.command, r["case"]))
+        return results
+
+
+def _record(verdict: Verdict, cases: list[dict]) -> None:
+    for case in cases:
+        verdict.cases_run += 1
+        if case["verdict"] == "fail":
+            verdict.failed.append({"id": case["id"], "checks": [(c["name"], c["rule"]) for c in case["checks"]
+                                                                 if not c["ok"]]})
+        elif case["verdict"] == "error":
+            verdict.errors.append(f"{case['id']}: {case['reason']}")
+
+
+def run_mutants(options: Options, names: str | None = None) -> tuple[int, dict]:
+    started = time.monotonic()
+    mutants = select_mutants(names)
+    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-mutant-logs-"))
+    runner = MutantRun(options, log_dir)
+    try:
+        census_cases = runner.run([(REFERENCE_COMMAND, None, CasePlan(s.name)) for s in load_catalog()],
+                                  "census (reference)")
+        census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
+        matrix, slices = plan_slices(mutants, census)
+        control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
+        control_ids = {p.id for p in control_plans}
+        control = [c for _, c in census_cases if c["id"] in control_ids]
+        control += [c for _, c in runner.run([(REFERENCE_COMMAND, None, p) for p in control_plans if p.fault],
+                                             "control (reference on every slice)")]
+        verdicts = {m.name: Verdict(m) for m in mutants}
+        done: set[tuple[str, str]] = set()
+        command_of = {m.mutant.command: m for m in verdicts.values()}
+        schema = {m.name: (str(migrations_dir(m)) if m.changes_schema else None) for m in mutants}
+        phases = [("slice", lambda m: _with_baselines(slices[m.name])),
+                  ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
+                  ("matrix", lambda m: [p for p in matrix if p.fault is not None])]
+        for label, plans_of in phases:
+            jobs = []
+            for verdict in verdicts.values():
+                if verdict.killed or (verdict.errors and len(verdict.errors) == verdict.cases_run):
+                    continue  # done, or broken in a way no further case will diagnose
+                m = verdict.mutant
+                for plan in plans_of(m):
+                    if (m.name, plan.id) not in done:
+                        done.add((m.name, plan.id))
+                        jobs.append((m.command, schema[m.name], plan))
+            for command, case in runner.run(jobs, f"mutants: {label}"):
+                _record(command_of[command], [case])
+    finally:
+        runner.close()
+    elapsed = time.monotonic() - started
+    control_failed = [c["id"] for c in control if c["verdict"] != "pass"]
+    killed = sum(v.killed for v in verdicts.values())
+    report = {"schema_version": 1, "duration_s": round(elapsed, 1), "jobs": options.jobs,
+              "control": {"implementation": REFERENCE_COMMAND, "cases": len(control), "failed": control_failed},
+              "mutants": [v.to_json() for v in verdicts.values()],
+              "score": {"killed": killed, "total": len(verdicts)}, "logs": str(log_dir)}
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    path = options.report_dir / "mutants.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    _print_table(verdicts.values(), control, control_failed, elapsed, path)
+    print(f"mutation score: {killed}/{len(verdicts)}")
+    ok = killed == len(verdicts) and not control_failed
+    return (0 if ok else 1), report
+
+
+def _print_table(verdicts, control: list[dict], control_failed: list[str], elapsed: float, path: Path) -> None:
+    rows = [("mutant", "caught?", "by which cases", "rule the diagnosis named")]
+    for v in verdicts:
+        data = v.to_json()
+        cases = data["caught_by"]
+        shown = ", ".join(cases[:2]) + (f" (+{len(cases) - 2})" if len(cases) > 2 else "")
+        if v.killed:
+            named = f"{', '.join(data['checks_named'])}: {v.mutant.rule}"
+        elif v.caught:
+            named = f"NOT the broken rule (named {', '.join(data['checks_named'])}); broken: {v.mutant.rule}"
+        else:
+            named = f"-- (broken: {v.mutant.rule})"
+        rows.append((v.mutant.name, "yes" if v.caught else "NO", shown or "--", named))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}")
+    print(f"control: the reference on the same slices: {len(control) - len(control_failed)}/{len(control)} passed"
+          + (f"; failed: {', '.join(control_failed)}" if control_failed else ""))
+    print(f"time: {elapsed:.0f}s; report: {path}")
