@@ -52,6 +52,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),),
         slice=("at-single",)),
     Mutant(
+        "link-without-compare", COMPARE_OR_RETURN,
+        "The bridge writes the occurrence link without comparing it with the Work the writer returned under the "
+        "occurrence's idempotency key, so another caller's Work there goes unnoticed.",
+        (Edit("processor.py", "            if under_key != derived:\n", "            if False:\n"),),
+        slice=("link-conflict",)),
+    Mutant(
         "no-lease-fence", LEASE,
         "A processor whose lease expired and was taken over keeps writing: the dispatch revision is not compared.",
         (Edit("processor.py",

@@ -301,8 +301,18 @@ class ScheduleProcessor:
                 "first_nominal_utc": canonical_instant(occurrence["first_nominal_utc"]),
                 "last_nominal_utc": canonical_instant(occurrence["last_nominal_utc"])}}
             accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,
-                                                          work.activity, payload))
+                                                          work.activity, payload), compare=False)
             barriers.hit("schedule-work-after-acceptance", **context, work_id=str(accepted.work_id))
+            under_key = {"work_id": str(accepted.work_id), "command": accepted.command, "activity": accepted.activity}
+            derived = {"work_id": str(work.work_id), "command": work.command, "activity": work.activity}
+            if under_key != derived:
+                # Another caller's Work holds this occurrence's idempotency key: linking either would lie.
+                # Nothing was written under the key, so suspend with the conflict as durable evidence.
+                self._suspend(s, definition, "idempotency-conflict", {
+                    "occurrence": identity.canonical, "idempotency_key": work.idempotency_key,
+                    "stored": under_key, "derived": derived}, counts)
+                self._release(s, dispatch, None)
+                return
             self._link(s, identity, work)
             counts.materialized += 1
         self._release(s, dispatch, due.next_due(s, schedule_id, gen, generation.timing, definition["cursor_utc"]))

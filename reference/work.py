@@ -43,7 +43,10 @@ class AcceptedWork:
 class WorkTransactionWriter:
     """Accepts Work inside the caller's open scoped transaction; compare-or-return on the idempotency key."""
 
-    def enqueue(self, session: Session, request: WorkRequest) -> AcceptedWork:
+    def enqueue(self, session: Session, request: WorkRequest, *, compare: bool = True) -> AcceptedWork:
+        """Insert, or return the Work already accepted under the idempotency key. With compare (a plain Work
+        caller) a stored Work that differs is a conflict; without it (the Schedule bridge, which compares at
+        its occurrence link) the stored Work is returned as it is."""
         if session.conn.info.transaction_status.name != "INTRANS":
             raise RuntimeError("the Work transaction writer needs the caller's open transaction")
         params = {"work_id": request.work_id, "idempotency_key": request.idempotency_key, "command": request.command,
@@ -53,7 +56,7 @@ class WorkTransactionWriter:
             row = session.one(query("work", "by_idempotency_key"), params)
             stored = (row["work_id"], row["command"], row["activity"], row["payload"])
             wanted = (request.work_id, request.command, request.activity, request.payload)
-            if stored != wanted:
+            if compare and stored != wanted:
                 raise IdempotencyConflict(f"Work under idempotency key {request.idempotency_key!r} is {stored}, "
                                           f"not {wanted}")
         return AcceptedWork(row["work_id"], row["idempotency_key"], row["command"], row["activity"],

@@ -27,11 +27,14 @@ STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "race": {"maximum_schedules": (int,)},
     "drain": {},
     "complete-work": {"schedule": (str,), "nth": (int,), "state": (str,)},
+    # a plain Work caller takes the idempotency key of the occurrence (generation, kind, first) for other Work
+    "plant-work": {"schedule": (str,), "first": (str,), "kind": (str,), "generation": (int,)},
     "advance-epoch": {},
     "advance-scope-generation": {},
 }
 REQUIRED = {"create": {"schedule", "spec"}, "update": {"schedule", "spec"}, "delete": {"schedule"},
-            "release": {"schedule"}, "advance": {"seconds"}, "complete-work": {"schedule", "state"}}
+            "release": {"schedule"}, "advance": {"seconds"}, "complete-work": {"schedule", "state"},
+            "plant-work": {"schedule", "first"}}
 _RELATIVE = re.compile(r"^(accepted)?([+-]\d+(?:\.\d+)?)s$")
 
 

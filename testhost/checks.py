@@ -104,7 +104,8 @@ def _one_work(state: StoreState):
         elif o["work_id"] is not None:
             evidence.append({"unmaterialized_with_link": o})
     for w in state.work:
-        if w["idempotency_key"].startswith("schedule-occurrence/") and w["work_id"] not in linked:
+        if (w["idempotency_key"].startswith("schedule-occurrence/") and w["work_id"] not in linked
+                and w["work_id"] not in state.planted):
             evidence.append({"orphan_work": w})
     return evidence, len(state.occurrences) + len(state.work)
 
@@ -132,7 +133,9 @@ def _deterministic(state: StoreState):
 
 @invariant("link-compare-or-return",
            "The occurrence link is compare-or-return: if no link exists, write the exact accepted Work identity and "
-           "materialized state; otherwise return the stored tuple only when it matches exactly.", examines="materialized")
+           "materialized state; otherwise return the stored tuple only when it matches exactly. (The link, the Work "
+           "under its key and the occurrence's own identity agree; a foreign Work is never linked.)",
+           examines="materialized")
 def _links(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -144,8 +147,12 @@ def _links(state: StoreState):
         w = work.get(o["work_id"], {})
         link = (o["work_id"], o["work_idempotency_key"], o["work_command"], o["work_activity"])
         row = (w.get("work_id"), w.get("idempotency_key"), w.get("command"), w.get("activity"))
-        if link != row or o["state"] != "materialized":
-            evidence.append({"occurrence": _occurrence_key(o), "link": link, "work_row": row, "state": o["state"]})
+        under_key = next(((x["work_id"], x["idempotency_key"], x["command"], x["activity"]) for x in state.work
+                          if x["scope_id"] == o["scope_id"] and x["idempotency_key"] == o["work_idempotency_key"]),
+                         None)
+        if link != row or link != under_key or o["state"] != "materialized" or o["work_id"] in state.planted:
+            evidence.append({"occurrence": _occurrence_key(o), "link": link, "work_row": row,
+                             "work_under_its_key": under_key, "state": o["state"]})
     return evidence, rows
 
 

@@ -95,6 +95,7 @@ class Model:
         self.schedules: dict[str, Schedule] = {}
         self.epoch = 1
         self.scope_generation = 1
+        self.planted: set[tuple] = set()  # occurrence identities whose idempotency key another caller holds
 
     # -- client operations ------------------------------------------------------------------------------
 
@@ -128,6 +129,10 @@ class Model:
         if s.lifecycle == "suspended" and s.suspension == "runtime-epoch":
             s.lifecycle, s.suspension = "active", None
             s.epoch, s.scope_generation = self.epoch, self.scope_generation
+
+    def plant(self, name: str, generation: int, kind: str, first: datetime) -> None:
+        """A plain Work caller takes the idempotency key of that occurrence for a Work of its own."""
+        self.planted.add((name, generation, kind, first))
 
     def advance_epoch(self) -> None:
         self.epoch += 1
@@ -201,8 +206,12 @@ class Model:
         if s.started():
             return
         waiting = sorted(s.waiting(), key=lambda o: (o.kind == "coalesced", o.first))
-        if waiting:
-            waiting[0].state, waiting[0].work = "materialized", "pending"
+        if not waiting:
+            return
+        if (s.name, waiting[0].generation, waiting[0].kind, waiting[0].first) in self.planted:
+            s.lifecycle, s.suspension = "suspended", "idempotency-conflict"  # a mismatch links nothing
+            return
+        waiting[0].state, waiting[0].work = "materialized", "pending"
 
 
 def picture(model: Model) -> dict:

@@ -23,6 +23,7 @@ from .checks import (CheckResult, client_outcomes, coalesced_forward, equivalenc
                      model_agreement, normalize, one_pending_coalesced_seen, universal, vacuity)
 from .errors import TestHostError
 from .faults import FAULTS, Injection
+from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, Response
 from .model import Generation, Model
 from .state import read_state
@@ -111,6 +112,7 @@ class CaseRun:
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.drained_at: datetime | None = None
+        self.planted: set = set()
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -215,6 +217,21 @@ class CaseRun:
                 "from appsurface_durable.schedule_dispatch d join appsurface_durable.schedule_dispatch_timing t "
                 "using (dispatch_id) order by d.schedule_id").fetchall()]
 
+    def plant_work(self, args: dict) -> None:
+        """As a plain Work caller (straight into the Work store), take an occurrence's idempotency key for a
+        Work that is not the occurrence's: the bridge must find the mismatch and link nothing."""
+        import uuid
+        generation, kind, first = args.get("generation", 1), args.get("kind", "nominal"), relative(args["first"])
+        key = expected_work(SCOPE, self.schedule_ids[args["schedule"]], generation, kind, first, "")["idempotency_key"]
+        work_id = uuid.uuid5(uuid.NAMESPACE_URL, "crashproof/planted/" + key)
+        with self.owner() as conn:
+            conn.execute("insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, "
+                         "activity, payload) values (%s, %s, %s, 'plain-caller', 'plain-caller/activity', '{}')",
+                         (SCOPE, work_id, key))
+        self.planted.add(work_id)
+        self.model.plant(args["schedule"], generation, kind, first)
+        self.note("planted-work", work_id=str(work_id), idempotency_key=key)
+
     def _revision(self, schedule: str) -> int:
         with self.owner() as conn:
             row = conn.execute("select revision from appsurface_durable.schedule_definitions where schedule_id = %s",
@@ -302,6 +319,9 @@ class CaseRun:
             return
         if step.op == "drain":
             self.drain(self.impls["A"])
+            return
+        if step.op == "plant-work":
+            self.plant_work(args)
             return
         if step.op in ("process", "race"):
             labels = ["A", "B"] if step.op == "race" else [args.get("processor", "A")]
@@ -488,6 +508,7 @@ class CaseRun:
                 self.settle()
             state = read_state(self.store.owner_dsn)
             state.drained_at = self.drained_at
+            state.planted = frozenset(self.planted)
             checks = universal(state)
             checks.append(coalesced_forward(self.coalesced_seen))
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))

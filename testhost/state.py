@@ -34,6 +34,7 @@ class StoreState:
     dispatch: list[dict]
     history: list[dict]
     drained_at: datetime | None = None  # server time when the final fault-free passes began, if any
+    planted: frozenset = frozenset()  # Work IDs a plain Work caller (the scenario) placed under occurrence keys
 
     def generation(self, schedule_id, generation: int) -> dict | None:
         return next((g for g in self.generations

@@ -343,16 +343,26 @@ def test_paused_processor_is_fenced_after_another_takes_over(store, client, worl
     second.close()
 
 
-def test_link_mismatch_is_an_idempotency_conflict_and_commits_nothing(store, client, processor, work, world):
+def test_a_foreign_work_under_the_occurrence_key_is_a_conflict_that_links_nothing_and_suspends(
+        store, client, processor, work, world):
     view = client.create(every(60))
     world.clock.shift(timedelta(seconds=61))
     first = view.definition.timing.anchor_utc + timedelta(seconds=60)
     identity = work_identity(OccurrenceIdentity("tenant-a", view.schedule_id, 1, "nominal", first), "send-report")
     work.enqueue(WorkRequest(identity.work_id, identity.idempotency_key, "another-command", identity.activity, {}))
-    with pytest.raises(IdempotencyConflict):
-        processor.process_due()
+    counts = processor.process_due()
+    assert counts.suspended == 1 and counts.materialized == 0
     [occ] = occurrences(store, view.schedule_id)
     assert occ["state"] == "pending" and occ["work_id"] is None
+    [item] = works(store)
+    assert item["command"] == "another-command"  # the other caller's Work is left as it was
+    row = definition(store, view.schedule_id)
+    assert (row["lifecycle_state"], row["suspension_reason"]) == ("suspended", "idempotency-conflict")
+    [event] = rows(store, "schedule_history", "event = 'suspended'")
+    assert event["detail"]["stored"]["command"] == "another-command"
+    assert event["detail"]["derived"]["command"] == "send-report"
+    with pytest.raises(IdempotencyConflict):  # a plain Work caller still gets the conflict from the writer
+        work.enqueue(WorkRequest(identity.work_id, identity.idempotency_key, "send-report", identity.activity, {}))
 
 
 def test_work_samples_its_own_clock_and_the_processor_never_waits_for_it(store, client, processor, world):
