@@ -35,7 +35,8 @@ def cmd_mutants(args) -> int:
     from .certify import Options
     from .mutation import run_mutants
     try:
-        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs), args.mutant)
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs), args.mutant,
+                              exhaustive=not args.slice_only)
     except ValueError as exc:
         raise TestHostError(str(exc)) from None
     return code
@@ -121,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--report-dir", default="report", help="where mutants.json goes (default: report)")
     mutants.add_argument("--jobs", type=int, default=1, help="worlds side by side (default 1)")
     mutants.add_argument("--mutant", help="only mutants matching these comma-separated globs")
+    mutants.add_argument("--slice-only", action="store_true", help="run only each mutant's slice (and the reference "
+                         "on the same slices), not the rest of the matrix for a mutant the slice misses")
     mutants.set_defaults(run=cmd_mutants)
 
     listing = sub.add_parser("barriers", help="list the barrier catalog")

@@ -225,3 +225,18 @@ def test_two_pending_coalesced_seen_after_any_step_fail_even_when_the_final_stat
     two = [(1, _seen((180, 180, "pending"), (240, 240, "pending"))), (2, _seen((180, 180, "materialized")))]
     result = one_pending_coalesced_seen(two)
     assert not result.ok and result.evidence[0]["after_step"] == 2 and "at most one pending coalesced" in result.rule
+
+
+def test_a_check_over_zero_rows_where_the_scenario_promised_some_fails_the_run():
+    from testhost.checks import promised, vacuity
+    expect = {"report": {"occurrences": [{"generation": 1, "kind": "nominal", "first": "+60s", "last": "+60s",
+                                          "state": "materialized"}], "works": 1}}
+    assert promised(expect) == {"definitions", "occurrences", "materialized"}
+    assert vacuity(universal(good_state()), expect).ok
+    empty = good_state()
+    empty.occurrences.clear()
+    empty.work.clear()
+    result = vacuity(universal(empty), expect)
+    assert not result.ok and result.rule.startswith("harness:")
+    assert {e["check"] for e in result.evidence} >= {"one-occurrence-per-identity", "deterministic-work-identity"}
+    assert vacuity(universal(empty), {"report": {"lifecycle": "deleted"}}).ok  # nothing promised, nothing owed

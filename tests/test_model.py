@@ -105,3 +105,13 @@ def test_at_and_after_fire_once_and_the_picture_is_relative():
     shown = picture(model)
     assert shown["at"]["occurrences"] == [(1, "nominal", 0, 0, "materialized", "pending")]
     assert shown["after"]["occurrences"] == [(1, "nominal", 45_000_000, 45_000_000, "materialized", "pending")]
+
+
+def test_a_planted_idempotency_key_suspends_at_the_bridge_and_links_nothing():
+    model = Model()
+    model.create("bill", Generation(1, "at", T, at=T + timedelta(seconds=60)))
+    model.plant("bill", 1, "nominal", T + timedelta(seconds=60))
+    model.pass_(T + timedelta(seconds=61))
+    state = picture(model)["bill"]
+    assert (state["lifecycle"], state["suspension"]) == ("suspended", "idempotency-conflict")
+    assert state["occurrences"] == [(1, "nominal", 0, 0, "pending", None)]
