@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 REPORT_DIR ?= report
 JOBS ?= 2
 
-.PHONY: setup test certify bench clean
+.PHONY: setup test certify mutants bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -15,6 +15,9 @@ test: setup
 
 certify: setup
 	$(VENV)/bin/crashproof certify --jobs $(JOBS) --report-dir $(REPORT_DIR)
+
+mutants: setup
+	$(VENV)/bin/crashproof mutants --jobs $(JOBS) --report-dir $(REPORT_DIR)
 
 bench: setup
 	$(PY) -m bench
