@@ -83,3 +83,10 @@ def test_every_mutant_is_caught_by_its_slice_naming_its_rule_and_the_reference_p
     # a pass that decides nothing where the scenario promised occurrences is also a vacuous run
     assert "due-instants-decided" in by_name["processor-clock-cutoff"]["checks_named"]
     assert any(line.startswith("time: ") for line in out)
+
+
+def test_an_unknown_mutant_glob_is_a_one_line_error_before_anything_runs(tmp_path, capsys):
+    from testhost.cli import main
+    assert main(["mutants", "--mutant", "no-such-*", "--report-dir", str(tmp_path)]) == 2
+    assert "no mutant matches 'no-such-*'" in capsys.readouterr().err
+    assert not (tmp_path / "mutants.json").exists()
