@@ -365,7 +365,9 @@ def _reference_instant(generation: dict) -> datetime:
 
 
 def normalize(state: StoreState, schedule_ids: dict[str, Any]) -> dict[str, Any]:
-    """A run-independent picture per schedule name: times relative to each generation's own reference."""
+    """A run-independent picture per schedule name: times relative to each generation's own reference, and
+    the cursor as the last instant at or before it."""
+    from .model import cursor_instant
     picture = {}
     work = state.work_by_id()
     for name, schedule_id in sorted(schedule_ids.items()):
@@ -379,8 +381,11 @@ def normalize(state: StoreState, schedule_ids: dict[str, Any]) -> dict[str, Any]
             occs.append((o["generation"], o["occurrence_kind"], (o["first_nominal_utc"] - ref) // timedelta(microseconds=1),
                          (o["last_nominal_utc"] - ref) // timedelta(microseconds=1), o["state"],
                          work.get(o["work_id"], {}).get("state")))
+        active = state.generation(schedule_id, d["active_generation"])
         picture[name] = {"lifecycle": d["lifecycle_state"], "suspension": d["suspension_reason"],
-                         "generation": d["active_generation"], "occurrences": sorted(occs)}
+                         "generation": d["active_generation"],
+                         "cursor_instant": cursor_instant(_timing(active), d["cursor_utc"]),
+                         "occurrences": sorted(occs)}
     return picture
 
 

@@ -41,6 +41,18 @@ class Generation:
             t += self.every
         return found
 
+    def last_at_or_before(self, t: datetime) -> datetime | None:
+        """The last nominal instant at or before t (None: there is none), walking the grid one step at a time."""
+        if self.kind != "every":
+            single = self.at if self.kind == "at" else self.accepted_at + self.after
+            return single if single <= t else None
+        step = self.anchor
+        while step > t:
+            step -= self.every
+        while step + self.every <= t:
+            step += self.every
+        return step
+
     @property
     def reference(self) -> datetime:
         """What its instants are measured from: the anchor of an Every, the acceptance of an After."""
@@ -214,6 +226,13 @@ class Model:
         waiting[0].state, waiting[0].work = "materialized", "pending"
 
 
+def cursor_instant(generation: Generation, cursor: datetime) -> int | None:
+    """Where a cursor stands, run-independently: the last nominal instant of the active generation at or
+    before it, in microseconds from the generation's reference (the exact cutoff differs from run to run)."""
+    last = generation.last_at_or_before(cursor)
+    return None if last is None else (last - generation.reference) // timedelta(microseconds=1)
+
+
 def picture(model: Model) -> dict:
     """The model's final state in the shape testhost.checks.normalize gives the database's."""
     out = {}
@@ -225,5 +244,5 @@ def picture(model: Model) -> dict:
                          (o.last - ref) // timedelta(microseconds=1), o.state,
                          o.work if o.state == "materialized" else None))
         out[name] = {"lifecycle": s.lifecycle, "suspension": s.suspension, "generation": s.active.number,
-                     "occurrences": sorted(occs)}
+                     "cursor_instant": cursor_instant(s.active, s.cursor), "occurrences": sorted(occs)}
     return out

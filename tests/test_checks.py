@@ -152,7 +152,8 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
     model.pass_(T + timedelta(seconds=61))
     model.work("report", 1, "succeeded")
     model.pass_(T + timedelta(seconds=121))
-    agreeing = {"report": {"lifecycle": "active", "suspension": None, "generation": 1, "occurrences": [
+    agreeing = {"report": {"lifecycle": "active", "suspension": None, "generation": 1, "cursor_instant": 120_000_000,
+                           "occurrences": [
         (1, "nominal", 60_000_000, 60_000_000, "materialized", "succeeded"),
         (1, "nominal", 120_000_000, 120_000_000, "materialized", "pending")]}}
     assert model_agreement(agreeing, model).ok
@@ -160,6 +161,8 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
         (1, "nominal", 120_000_000, 120_000_000, "materialized", "pending")]}}
     result = model_agreement(doubled, model)
     assert not result.ok and result.evidence[0]["schedule"] == "report"
+    behind = {"report": {**agreeing["report"], "cursor_instant": 60_000_000}}  # one instant left undecided
+    assert not model_agreement(behind, model).ok
 
 
 def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():

@@ -115,3 +115,15 @@ def test_a_planted_idempotency_key_suspends_at_the_bridge_and_links_nothing():
     state = picture(model)["bill"]
     assert (state["lifecycle"], state["suspension"]) == ("suspended", "idempotency-conflict")
     assert state["occurrences"] == [(1, "nominal", 0, 0, "pending", None)]
+
+
+def test_the_picture_places_the_cursor_on_the_last_instant_at_or_before_it():
+    model = Model()
+    model.create("grid", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
+    assert picture(model)["grid"]["cursor_instant"] == 0  # created at the anchor itself
+    model.pass_(T + timedelta(seconds=119, microseconds=999_999))
+    assert picture(model)["grid"]["cursor_instant"] == 60_000_000
+    model.pass_(T + timedelta(seconds=120))
+    assert picture(model)["grid"]["cursor_instant"] == 120_000_000  # exactly at an instant counts
+    model.create("once", Generation(1, "at", T, at=T + timedelta(seconds=60)))
+    assert picture(model)["once"]["cursor_instant"] is None

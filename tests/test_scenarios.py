@@ -6,12 +6,15 @@ from scenarios.model import ScenarioError, load_catalog, parse, relative, T0
 from datetime import timedelta
 
 
-def test_catalog_has_at_least_ten_scenarios_covering_the_required_ground():
+def test_catalog_has_at_least_twenty_scenarios_covering_the_required_ground():
     scenarios = load_catalog()
-    assert len(scenarios) >= 10
+    assert len(scenarios) >= 20
     covered = {c for s in scenarios for c in s.covers}
     assert {"at", "after", "every", "anchored", "unanchored", "recovery", "coalesced", "requeue", "update",
             "superseded", "race", "maximum-schedules"} <= covered
+    assert {"delete", "clock-behind", "misfire-run-once", "misfire-skip", "clock-anomaly", "runtime-epoch",
+            "release-after-recovery", "scope-generation", "retry", "refusal", "cancellation", "claim",
+            "idempotency-conflict"} <= covered
     for s in scenarios:
         assert s.description and s.expect, s.name
 
