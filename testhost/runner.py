@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -191,10 +192,7 @@ class CaseRun:
                 return [dict(r) for r in conn.execute(sql, (schedule_id,)).fetchall()]
             return {
                 "definition": rows("select * from appsurface_durable.schedule_definitions where schedule_id = %s"),
-                "dispatch": rows("select d.*, t.due_at_utc, t.claimable_at_utc, t.lease_owner, t.lease_expires_at_utc "
-                                 "from appsurface_durable.schedule_dispatch d join "
-                                 "appsurface_durable.schedule_dispatch_timing t using (dispatch_id) "
-                                 "where d.schedule_id = %s"),
+                "dispatch": self._dispatch_rows(schedule_id),
                 "occurrences": rows("select * from appsurface_durable.schedule_occurrences where schedule_id = %s "
                                     "order by generation, occurrence_kind, first_nominal_utc"),
                 "history": rows("select count(*) as events from appsurface_durable.schedule_history "
@@ -210,17 +208,18 @@ class CaseRun:
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"}}))
 
-    def _dispatch_rows(self) -> list:
+    def _dispatch_rows(self, schedule_id: str | None = None) -> list:
+        """Dispatch rows with their timing (one schedule's, or all)."""
         with self.owner() as conn:
             return [dict(r) for r in conn.execute(
                 "select d.*, t.due_at_utc, t.claimable_at_utc, t.lease_owner, t.lease_expires_at_utc "
                 "from appsurface_durable.schedule_dispatch d join appsurface_durable.schedule_dispatch_timing t "
-                "using (dispatch_id) order by d.schedule_id").fetchall()]
+                "using (dispatch_id) where %(id)s::uuid is null or d.schedule_id = %(id)s::uuid "
+                "order by d.schedule_id", {"id": schedule_id}).fetchall()]
 
     def plant_work(self, args: dict) -> None:
         """As a plain Work caller (straight into the Work store), take an occurrence's idempotency key for a
         Work that is not the occurrence's: the bridge must find the mismatch and link nothing."""
-        import uuid
         generation, kind, first = args.get("generation", 1), args.get("kind", "nominal"), relative(args["first"])
         key = expected_work(SCOPE, self.schedule_ids[args["schedule"]], generation, kind, first, "")["idempotency_key"]
         work_id = uuid.uuid5(uuid.NAMESPACE_URL, "crashproof/planted/" + key)
@@ -276,8 +275,6 @@ class CaseRun:
         return response
 
     def _fallback(self, op: str, args: dict) -> Response:
-        import uuid
-
         from reference import ScheduleClient, WorkStore
         from reference.adapter import spec_from_json
         from reference.problems import Problem
