@@ -89,7 +89,8 @@ def _decided_once(state: StoreState):
 
 
 @invariant("one-work-per-materialized-occurrence",
-           "A future proof must show that recovery produces one occurrence and one accepted Work identity.", examines="occurrences")
+           "A future proof must show that recovery produces one occurrence and one accepted Work identity.",
+           examines="occurrences")
 def _one_work(state: StoreState):
     work = state.work_by_id()
     evidence = []
@@ -170,7 +171,8 @@ def _cursor(state: StoreState):
 
 
 @invariant("at-most-one-pending-coalesced",
-           "Subsequent overlapping nominal instants are represented by at most one pending coalesced occurrence.", examines="occurrences")
+           "Subsequent overlapping nominal instants are represented by at most one pending coalesced occurrence.",
+           examines="occurrences")
 def _one_coalesced(state: StoreState):
     pending: dict = {}
     for o in state.occurrences:
@@ -229,7 +231,8 @@ def _superseded(state: StoreState):
 
 
 @invariant("gate-a-writes-three-states",
-           "Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence rows.", examines="occurrences")
+           "Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence rows.",
+           examines="occurrences")
 def _states(state: StoreState):
     return [{"state_outside_gate_a": o} for o in state.occurrences if o["state"] not in GATE_A_STATES], \
         len(state.occurrences)
@@ -273,7 +276,8 @@ def _due_decided(state: StoreState):
 
 @invariant("anomaly-suspends",
            "An anomalously large forward cutoff suspends the Schedule without moving its cursor. (No occurrence "
-           "or skipped recovery is decided later than its generation's safety window after its first instant.)", examines="occurrences")
+           "or skipped recovery is decided later than its generation's safety window after its first instant.)",
+           examines="occurrences")
 def _anomaly(state: StoreState):
     evidence = []
     decided = [(o, o["first_nominal_utc"], o["decided_at_utc"]) for o in state.occurrences]

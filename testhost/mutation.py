@@ -48,12 +48,12 @@ class Verdict:
         return bool(self.naming)
 
     def to_json(self) -> dict:
+        # Once killed, report only the cases and checks that name the broken rule; else every failure seen.
+        cases = self.naming or self.failed
+        checks = {name for c in cases for name, rule in c["checks"] if not self.killed or self.mutant.rule in rule}
         return {"mutant": self.mutant.name, "rule": self.mutant.rule, "description": self.mutant.description,
                 "caught": self.caught, "rule_named": self.killed, "cases_run": self.cases_run,
-                "caught_by": [c["id"] for c in (self.naming or self.failed)],
-                "checks_named": sorted({name for c in (self.naming or self.failed) for name, rule in c["checks"]
-                                        if not self.naming or self.mutant.rule in rule}),
-                "errors": self.errors[:5]}
+                "caught_by": [c["id"] for c in cases], "checks_named": sorted(checks), "errors": self.errors[:5]}
 
 
 def _matches(plan: CasePlan, patterns: tuple[str, ...]) -> bool:
