@@ -26,6 +26,7 @@ from scenarios.matrix import expand, select
 from scenarios.model import Scenario, load_catalog
 
 from .faults import FAULTS
+from .implementation import LAUNCHERS, launcher_for, set_launcher
 from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
@@ -39,7 +40,9 @@ _scenarios: dict[str, Scenario] = {}
 
 def _worker_init(mode: dict) -> None:
     global _world, _scenarios
+    from .implementation import set_launcher
     from .world import ExternalWorld, World, docker_world
+    set_launcher(mode.get("launcher", "fork-server"))
     if mode.get("dsn"):
         _world = ExternalWorld(mode["dsn"], network_optional=True)
     elif mode.get("docker"):
@@ -76,6 +79,7 @@ class Options:
     seed: int = 0
     dsn: str | None = None
     docker: bool = False
+    launcher: str = "fork-server"
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -186,11 +190,13 @@ def _validate(options: Options) -> list[Scenario]:
         raise ValueError(f"no fault named {options.fault!r}; choose from {', '.join(FAULTS)}")
     if options.jobs < 1 or options.repeat < 1:
         raise ValueError("--jobs and --repeat must be at least 1")
+    if options.launcher not in LAUNCHERS:
+        raise ValueError(f"no launcher named {options.launcher!r}; choose from {', '.join(LAUNCHERS)}")
     return scenarios
 
 
 def _pool_factory(options: Options):
-    mode = {"dsn": options.dsn, "docker": options.docker}
+    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher}
     context = multiprocessing.get_context("spawn")
     return lambda: ProcessPoolExecutor(max_workers=options.jobs, mp_context=context, initializer=_worker_init,
                                        initargs=(mode,))
@@ -266,9 +272,11 @@ def certify(options: Options) -> tuple[int, dict]:
                 run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
     identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
     fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
+    set_launcher(options.launcher)
+    launched = launcher_for(options.command)
     report = reports.build(
         suite_version=suite_version(scenarios),
-        implementation={"command": options.command, "identity": identity, "fallbacks": fallbacks,
+        implementation={"command": options.command, "identity": identity, "launcher": launched, "fallbacks": fallbacks,
                         "fallback_note": ("set-up steps the implementation does not offer ran through the reference "
                                           "client over the normative schema: " + ", ".join(fallbacks)) if fallbacks
                         else ""},

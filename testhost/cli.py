@@ -21,7 +21,7 @@ def cmd_certify(args) -> int:
         require_engine()  # a clear error, before any worker starts, where no engine answers
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=args.jobs,
                       scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
-                      seed=args.seed, dsn=args.dsn, docker=args.docker)
+                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
     certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
     certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
+    certify.add_argument("--launcher", choices=["fork-server", "spawn"], default="fork-server",
+                         help="how a `<this python> -m MODULE` implementation starts: forked from a server that "
+                         "has imported psycopg already (default), or spawned afresh like every other command")
     certify.set_defaults(run=cmd_certify)
 
     mutants = sub.add_parser("mutants", help="run the matrix against every mutant of the reference; prints which "

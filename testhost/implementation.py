@@ -16,11 +16,32 @@ from typing import Any, Callable
 from barriers import BY_NAME
 from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
+from . import forkserver
 from .errors import TestHostError
 
 # The protocol's timeouts; CRASHPROOF_<NAME>_TIMEOUT_S overrides one on the host side (tests shorten them).
 TIMEOUT = {t.name: float(os.environ.get(f"CRASHPROOF_{t.name.upper()}_TIMEOUT_S", t.seconds)) for t in TIMEOUTS}
 _EOF = object()
+
+# How this TestHost starts an implementation whose command is `<this interpreter> -m MODULE ...`: "fork-server"
+# forks it from a server that has imported PRELOAD already (every other command is spawned); "spawn" always
+# spawns. The implementation cannot tell the difference (see testhost/forkserver.py).
+LAUNCHERS = ("fork-server", "spawn")
+PRELOAD = ("psycopg",)
+_launcher = "fork-server"
+
+
+def set_launcher(name: str) -> None:
+    global _launcher
+    if name not in LAUNCHERS:
+        raise ValueError(f"no launcher named {name!r}; choose from {', '.join(LAUNCHERS)}")
+    _launcher = name
+
+
+def launcher_for(command: str) -> str:
+    """The launcher a command gets under the current setting."""
+    forkable = _launcher == "fork-server" and forkserver.module_command(shlex.split(command)) is not None
+    return "fork-server" if forkable else "spawn"
 
 
 class AdapterProtocolError(TestHostError):
@@ -56,17 +77,28 @@ class Implementation:
     log_path: Path
     label: str = "A"
     hello: dict = field(default_factory=dict)
-    _process: subprocess.Popen | None = None
+    _process: "subprocess.Popen | forkserver.ForkedProcess | None" = None
+    launched_by: str = ""
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _next_id: int = 1
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> "Implementation":
         log = open(self.log_path, "ab")
+        argv = shlex.split(self.command)
+        env = {**os.environ, **self.environment, "CRASHPROOF_BARRIERS": "stdio"}
         try:
-            self._process = subprocess.Popen(
-                shlex.split(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env={**os.environ, **self.environment, "CRASHPROOF_BARRIERS": "stdio"}, start_new_session=True)
+            if launcher_for(self.command) == "fork-server":
+                try:
+                    module, args = forkserver.module_command(argv)
+                    self._process = forkserver.server(PRELOAD).start(module, args, env, log.fileno())
+                    self.launched_by = "fork-server"
+                except forkserver.ForkServerError:
+                    self._process = None  # spawned below, like any other command
+            if self._process is None:
+                self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                                 env=env, start_new_session=True)
+                self.launched_by = "spawn"
         except OSError as exc:
             raise AdapterProtocolError(f"cannot start {self.command!r}: {exc.strerror or exc}") from exc
         finally:

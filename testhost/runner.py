@@ -9,10 +9,11 @@ import threading
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 from psycopg.rows import dict_row
@@ -114,6 +115,8 @@ class CaseRun:
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.drained_at: datetime | None = None
         self.planted: set = set()
+        self._owner: tuple[psycopg.Connection | None, int | None] = (None, None)
+        self._owner_lock = threading.Lock()
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -128,7 +131,7 @@ class CaseRun:
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
         impl = Implementation(self.command, env, self.on_barrier, self.log_dir / f"{self.store.dbname}-{label}.log",
                               label=label).start()
-        self.note("start", instance=label, pid=impl.pid)
+        self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by)
         return impl
 
     def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
@@ -155,12 +158,27 @@ class CaseRun:
 
     # -- world helpers -------------------------------------------------------------------------------
 
-    def owner(self) -> psycopg.Connection:
-        return psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row)
+    @contextmanager
+    def owner(self) -> Iterator[psycopg.Connection]:
+        """The verifier's connection (migration owner, direct, autocommit), one per case and per server
+        incarnation: a new session costs the server a fork, several milliseconds of CPU each."""
+        incarnation = self.world.cluster.pid if self.world.cluster is not None else None
+        with self._owner_lock:
+            conn, known = self._owner
+            if conn is None or conn.closed or conn.broken or known != incarnation:
+                if conn is not None:
+                    conn.close()
+                conn = psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row)
+                self._owner = (conn, incarnation)
+        yield conn
+
+    def ensure_partitions(self) -> None:
+        with self.owner() as conn:
+            conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
 
     def advance(self, delta: timedelta) -> None:
         self.world.clock.shift(delta)
-        self.store.ensure_partitions()
+        self.ensure_partitions()
         self.note("clock", shift_s=delta.total_seconds())
 
     def anything_due(self) -> bool:
@@ -476,9 +494,10 @@ class CaseRun:
                     outcome.verdict, outcome.reason = "not-run", self.world.capabilities.reason(capability)
                     return outcome
             self.store = store_pool(self.world, self.migrations).take()
-            self.store.create_scope(SCOPE)
+            with self.owner() as conn:
+                conn.execute("select appsurface_durable.create_scope(%s)", (SCOPE,))
             self.world.clock.set_time(T0)
-            self.store.ensure_partitions()
+            self.ensure_partitions()
             if self.world.proxy is not None:
                 self.world.proxy.heal()
             self.impls["A"] = self.start_implementation("A")
@@ -549,6 +568,8 @@ class CaseRun:
         return outcome
 
     def _teardown(self) -> None:
+        if self._owner[0] is not None:
+            self._owner[0].close()
         for impl in self.impls.values():
             try:
                 impl.stop()
@@ -563,7 +584,7 @@ class CaseRun:
             if self.world.cluster is not None and not self.world.cluster.running:
                 self.world.cluster.restart()
             if self.store is not None:
-                self.store.drop()
+                store_pool(self.world, self.migrations).give_back(self.store)
         except Exception:  # noqa: BLE001 - teardown must not mask the verdict
             pass
 

@@ -19,12 +19,18 @@ BROKEN = Path(__file__).parent / "adapters" / "broken.py"
     ("unknown-message", "unexpected message type 'gossip'"),
     ("wrong-id", "does not match request"),
 ])
-def test_broken_adapter_gives_error_verdicts_and_the_run_goes_on(mode, reason, tmp_path, monkeypatch):
+@pytest.mark.parametrize("started_as", ["script", "module"])
+def test_broken_adapter_gives_error_verdicts_and_the_run_goes_on(mode, reason, started_as, tmp_path, monkeypatch):
+    """As a script the adapter is spawned; as `python -m` it is forked from the fork server: same verdicts."""
     monkeypatch.setenv("CRASHPROOF_OPERATION_TIMEOUT_S", "2")
     monkeypatch.setenv("CRASHPROOF_HELLO_TIMEOUT_S", "5")
     lines = []
-    code, report = certify(Options(command=f"{sys.executable} {BROKEN} {mode}", scenario="a[ft]*",
+    program = BROKEN if started_as == "script" else "-m tests.adapters.broken"
+    code, report = certify(Options(command=f"{sys.executable} {program} {mode}", scenario="a[ft]*",
                                    report_dir=tmp_path, progress=lines.append))
+    assert report["implementation"]["launcher"] == ("spawn" if started_as == "script" else "fork-server")
+    assert {e["launcher"] for c in report["cases"] for e in c["timeline"] if e["event"] == "start"} <= {
+        report["implementation"]["launcher"]}
     assert code == 1
     cases = report["cases"]
     assert [c["scenario"] for c in cases] == ["after-single", "at-single"]

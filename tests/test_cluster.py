@@ -2,8 +2,11 @@
 
 import os
 
+from datetime import timedelta
+
 import psycopg
 import pytest
+from protocol_helpers import every
 
 from testhost.processes import children_of, is_alive
 
@@ -101,5 +104,94 @@ def test_stores_made_ahead_survive_a_database_crash_in_the_middle(fresh_world):
         for store in [first, *stores]:
             with psycopg.connect(store.owner_dsn) as conn:
                 assert conn.execute("select count(*) from appsurface_durable.schema_migrations").fetchone() == (4,)
+    finally:
+        pool.close()
+
+
+def _contents(store):
+    """Every user table's rows (sorted), every sequence's position and the schema digest of a store."""
+    from testhost.store import Snapshot
+    snapshot = Snapshot.of(store)
+    rows = {name: sorted(data.split(b"\n")) for name, data in snapshot.rows.items()}
+    return snapshot.digest, snapshot.tables, snapshot.partitions, rows, snapshot.sequences
+
+
+def test_a_used_store_given_back_is_reset_to_exactly_a_fresh_clone(fresh_world):
+    """Rows, sequences, partitions made since and sessions left open (one idle in a transaction holding a
+    row lock) are all put back; the pool hands the same database out again."""
+    from reference import ScheduleClient
+    from testhost.store import StorePool, new_store
+
+    pool = StorePool(fresh_world)
+    fresh = new_store(fresh_world)
+    try:
+        used = pool.take()
+        with psycopg.connect(used.owner_dsn, autocommit=True) as conn:
+            conn.execute("select appsurface_durable.create_scope('tenant-a')")
+            conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
+        client = ScheduleClient(used.runtime_dsn, "tenant-a")
+        client.create(every(60))
+        client.close()
+        fresh_world.clock.shift(timedelta(days=120))
+        try:
+            with psycopg.connect(used.owner_dsn, autocommit=True) as conn:
+                conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
+        finally:
+            fresh_world.clock.reset()
+        holder = psycopg.connect(used.owner_dsn)
+        holder.execute("select * from appsurface_durable.schedule_definitions for update").fetchall()
+        assert _contents(used) != _contents(fresh)
+        pool.give_back(used)
+        handed = [pool.take(), pool.take()]  # the spare made meanwhile, then the reset one
+        reused = [s for s in handed if s.dbname == used.dbname]
+        assert reused, "the given-back store was not handed out again"
+        assert pool.reused == 1 and pool.replaced == 0
+        assert _contents(reused[0]) == _contents(fresh)
+        assert holder.broken or holder.closed or _session_ended(holder)
+    finally:
+        pool.close()
+        fresh.drop()
+
+
+def _session_ended(conn) -> bool:
+    try:
+        conn.execute("select 1")
+    except psycopg.OperationalError:
+        return True
+    return False
+
+
+def test_a_store_whose_schema_changed_is_replaced_not_reset(fresh_world):
+    from testhost.store import StorePool, new_store
+
+    pool = StorePool(fresh_world)
+    fresh = new_store(fresh_world)
+    try:
+        used = pool.take()
+        with psycopg.connect(fresh_world.admin_dsn(dbname=used.dbname), autocommit=True) as conn:
+            conn.execute("create table appsurface_durable.left_behind (x int)")
+        pool.give_back(used)
+        handed = [pool.take(), pool.take()]
+        assert used.dbname not in [s.dbname for s in handed]
+        assert pool.replaced == 1 and pool.reused == 0
+        with psycopg.connect(fresh_world.admin_dsn()) as conn:
+            assert conn.execute("select count(*) from pg_database where datname = %s", (used.dbname,)).fetchone() == (0,)
+        for store in handed:
+            assert _contents(store) == _contents(fresh)
+    finally:
+        pool.close()
+        fresh.drop()
+
+
+def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
+    """A reset that fails (here: its database is gone, as after a crash mid-reset) yields a new clone."""
+    from testhost.store import Store, StorePool
+
+    pool = StorePool(fresh_world)
+    try:
+        pool.take()
+        pool.give_back(Store(fresh_world, "store_that_does_not_exist"))
+        handed = [pool.take(), pool.take()]
+        assert pool.replaced == 1 and all(s.dbname != "store_that_does_not_exist" for s in handed)
     finally:
         pool.close()
