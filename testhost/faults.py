@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-import psycopg
 
 from barriers import Barrier
 
@@ -48,10 +47,11 @@ def open_write_xid(run: "CaseRun", barrier: Barrier) -> int | None:
     one on the case's database (with two processors racing, whose it is cannot be told, so none)."""
     if not barrier.before_commit or run.concurrent:
         return None
-    with psycopg.connect(run.store.dsn("postgres")) as conn:
+    with run.world.admin() as conn:
         rows = conn.execute(
-            "select backend_xid::text::bigint from pg_stat_activity where datname = current_database() "
-            "and state like 'idle in transaction%%' and backend_xid is not null and pid <> pg_backend_pid()").fetchall()
+            "select backend_xid::text::bigint from pg_stat_activity where datname = %s "
+            "and state like 'idle in transaction%%' and backend_xid is not null and pid <> pg_backend_pid()",
+            (run.store.dbname,)).fetchall()
     return rows[0][0] if len(rows) == 1 else None
 
 
@@ -103,7 +103,7 @@ class LostCommitReply:
                 time.sleep(self.settle_s)
                 return
             deadline = time.monotonic() + self.commit_timeout_s
-            with psycopg.connect(run.store.dsn("postgres"), autocommit=True) as conn:
+            with run.world.admin() as conn:
                 while time.monotonic() < deadline:
                     fate = conn.execute("select pg_xact_status(%s::text::xid8)", (str(injection.open_xid),)).fetchone()[0]
                     if fate != "in progress":

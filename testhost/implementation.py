@@ -24,11 +24,22 @@ TIMEOUT = {t.name: float(os.environ.get(f"CRASHPROOF_{t.name.upper()}_TIMEOUT_S"
 _EOF = object()
 
 # How this TestHost starts an implementation whose command is `<this interpreter> -m MODULE ...`: "fork-server"
-# forks it from a server that has imported PRELOAD already (every other command is spawned); "spawn" always
-# spawns. The implementation cannot tell the difference (see testhost/forkserver.py).
+# forks it from a server that has imported the preload already (every other command is spawned); "spawn"
+# always spawns. The implementation cannot tell the difference (see testhost/forkserver.py).
 LAUNCHERS = ("fork-server", "spawn")
 PRELOAD = ("psycopg",)
+# Packages of this project that may be imported once and shared by every forked start: their import reads no
+# environment and keeps no state a run changes (the adapter reads its environment in main()). A mutant's copy
+# of the reference is never among them: it runs as `-m mutants`, and must import its own copy.
+FORK_SAFE_PACKAGES = ("reference",)
 _launcher = "fork-server"
+
+
+def preload_for(module: str) -> tuple[str, ...]:
+    """What the fork server imports before forking `module`: psycopg, and the module's own package when it
+    is one of ours known to be safe to share (the module itself always runs fresh, as `__main__`)."""
+    package = module.split(".")[0]
+    return PRELOAD + ((package,) if package in FORK_SAFE_PACKAGES and package != module else ())
 
 
 def set_launcher(name: str) -> None:
@@ -91,7 +102,7 @@ class Implementation:
             if launcher_for(self.command) == "fork-server":
                 try:
                     module, args = forkserver.module_command(argv)
-                    self._process = forkserver.server(PRELOAD).start(module, args, env, log.fileno())
+                    self._process = forkserver.server(preload_for(module)).start(module, args, env, log.fileno())
                     self.launched_by = "fork-server"
                 except forkserver.ForkServerError:
                     self._process = None  # spawned below, like any other command

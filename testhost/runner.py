@@ -522,7 +522,8 @@ class CaseRun:
             self.drain(self.impls["A"])
             if self.injection is not None:
                 self.settle()
-            state = read_state(self.store.owner_dsn)
+            with self.owner() as conn:
+                state = read_state(conn)
             state.drained_at = self.drained_at
             state.planted = frozenset(self.planted)
             checks = universal(state)

@@ -50,9 +50,13 @@ class StoreState:
         return {w["work_id"]: w for w in self.work}
 
 
-def read_state(owner_dsn: str) -> StoreState:
-    with psycopg.connect(owner_dsn, row_factory=dict_row) as conn:
-        conn.execute("set transaction isolation level repeatable read")
-        now = conn.execute("select clock_timestamp() as now").fetchone()["now"]
-        tables = {name: conn.execute(sql).fetchall() for name, sql in TABLES.items()}
+def read_state(owner: "str | psycopg.Connection") -> StoreState:
+    """From the migration owner's DSN, or on an open autocommit connection of the owner (the case's)."""
+    if isinstance(owner, str):
+        with psycopg.connect(owner, autocommit=True) as conn:
+            return read_state(conn)
+    with owner.transaction(), owner.cursor(row_factory=dict_row) as cur:
+        cur.execute("set transaction isolation level repeatable read")
+        now = cur.execute("select clock_timestamp() as now").fetchone()["now"]
+        tables = {name: cur.execute(sql).fetchall() for name, sql in TABLES.items()}
     return StoreState(now=now, **tables)

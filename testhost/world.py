@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -58,6 +61,8 @@ class World:
         self.toxiproxy: ToxiproxyServer | None = None
         self.proxy: Proxy | None = None
         self.on_down: list = []  # callbacks run first when the world goes down
+        self._admin: tuple[psycopg.Connection | None, int | None] = (None, None)
+        self._admin_lock = threading.Lock()
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -92,6 +97,9 @@ class World:
     def down(self) -> None:
         while self.on_down:
             self.on_down.pop()()
+        if self._admin[0] is not None:
+            self._admin[0].close()
+            self._admin = (None, None)
         if self.toxiproxy is not None:
             self.toxiproxy.stop()
         if self.cluster is not None:
@@ -111,6 +119,20 @@ class World:
     def admin_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Direct to the cluster: the verifier's connection, never cut by a fault."""
         return self.cluster.dsn(user=user, dbname=dbname)
+
+    @contextmanager
+    def admin(self) -> Iterator[psycopg.Connection]:
+        """The superuser's autocommit session to `postgres`, kept for the life of the server it reached (a new
+        session costs the server a fork and cold caches)."""
+        incarnation = self.cluster.pid if self.cluster is not None else None
+        with self._admin_lock:
+            conn, known = self._admin
+            if conn is None or conn.closed or conn.broken or known != incarnation:
+                if conn is not None:
+                    conn.close()
+                conn = psycopg.connect(self.admin_dsn(), autocommit=True)
+                self._admin = (conn, incarnation)
+        yield conn
 
     def proxied_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Through the proxy: the only way the implementation under test reaches the cluster."""
