@@ -95,10 +95,12 @@ class Adapter:
         if reply.get("type") != "barrier-reply":
             raise SystemExit(f"expected a barrier-reply, got {reply!r}")
 
+    # The client and the Work store borrow the processor's runtime session: one adapter, one runtime
+    # connection, used by one request at a time. A broken one is replaced on the next use.
     @property
     def client(self) -> ScheduleClient:
         if self._client is None or self._client.session.broken:
-            self._client = ScheduleClient(self.runtime_dsn, self.scope, deadline=self.deadline)
+            self._client = ScheduleClient(None, self.scope, deadline=self.deadline, session=self.processor.runtime)
         return self._client
 
     @property
@@ -110,7 +112,7 @@ class Adapter:
     @property
     def work(self) -> WorkStore:
         if self._work is None or self._work.session.broken:
-            self._work = WorkStore(self.runtime_dsn, self.scope, deadline=self.deadline)
+            self._work = WorkStore(None, self.scope, deadline=self.deadline, session=self.processor.runtime)
         return self._work
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:

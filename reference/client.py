@@ -39,15 +39,19 @@ def _generation_params(schedule_id: uuid.UUID, generation: int, spec: ScheduleSp
 class ScheduleClient:
     """Schedule commands in one scope, over a connection as the runtime role."""
 
-    def __init__(self, dsn: str, scope_id: str, *, runtime_role: str = RUNTIME, runtime_version: int = 4,
-                 deadline: float = 30.0):
+    def __init__(self, dsn: str | None, scope_id: str, *, runtime_role: str = RUNTIME, runtime_version: int = 4,
+                 deadline: float = 30.0, session: Session | None = None):
+        """Connects to `dsn`, or borrows `session`, an open runtime-role session (one process may share one
+        between its client, its Work store and its processor: every call is a whole transaction)."""
         self.scope_id = scope_id
         self.runtime_role = runtime_role
-        self.session = Session(dsn, deadline=deadline, application_name="appsurface-durable-client")
+        self._owns_session = session is None
+        self.session = session or Session(dsn, deadline=deadline, application_name="appsurface-durable-client")
         require_schedule_protocol(self.session, runtime_version)
 
     def close(self) -> None:
-        self.session.close()
+        if self._owns_session:
+            self.session.close()
 
     def __enter__(self) -> "ScheduleClient":
         return self

@@ -66,13 +66,17 @@ class WorkTransactionWriter:
 class WorkStore:
     """Work reads and state transitions in one scope. Runtime version 3 is enough: Work needs no Schedule."""
 
-    def __init__(self, dsn: str, scope_id: str, *, runtime_role: str = RUNTIME, deadline: float = 30.0):
+    def __init__(self, dsn: str | None, scope_id: str, *, runtime_role: str = RUNTIME, deadline: float = 30.0,
+                 session: Session | None = None):
+        """Connects to `dsn`, or borrows `session`, an open runtime-role session it will not close."""
         self.scope_id = scope_id
         self.runtime_role = runtime_role
-        self.session = Session(dsn, deadline=deadline, application_name="appsurface-durable-work")
+        self._owns_session = session is None
+        self.session = session or Session(dsn, deadline=deadline, application_name="appsurface-durable-work")
 
     def close(self) -> None:
-        self.session.close()
+        if self._owns_session:
+            self.session.close()
 
     def get(self, work_id: uuid.UUID) -> dict | None:
         with self.session.scoped(self.scope_id, self.runtime_role) as s:

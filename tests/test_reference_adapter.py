@@ -6,6 +6,8 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import psycopg
+
 from protocol_helpers import rows
 
 
@@ -45,6 +47,11 @@ def test_operations_and_outcomes(store, world):
         work_id = str(rows(store, "work_items")[0]["work_id"])
         _send(proc, {"type": "request", "id": 4, "op": "complete-work", "args": {"work_id": work_id, "state": "succeeded"}})
         assert _read(proc)["outcome"] == "ok"
+        with psycopg.connect(store.owner_dsn) as conn:  # client, processor and Work store: one runtime session
+            assert conn.execute("select usename, count(*) from pg_stat_activity where datname = current_database() "
+                                "and usename like 'appsurface_durable_%%' and pid <> pg_backend_pid() "
+                                "group by usename order by usename").fetchall() == [
+                ("appsurface_durable_dispatcher", 1), ("appsurface_durable_runtime", 1)]
         _send(proc, {"type": "request", "id": 5, "op": "fly", "args": {}})
         assert _read(proc)["error"]["kind"] == "unknown-operation"
         proc.stdin.write("{not json\n")
