@@ -38,6 +38,13 @@ def render() -> str:
         "|---|---|",
         *[f"| `{v.name}` | {v.meaning} |" for v in ENVIRONMENT],
         "",
+        "A command of the form `PYTHON -m MODULE ARGS...`, where PYTHON is the interpreter crashproof itself runs "
+        "on, is by default forked from a server that has already imported psycopg (starting an interpreter and "
+        "importing psycopg costs about 0.2 s of CPU, and a case may start you three times). Your module still runs "
+        "from scratch as `__main__` with the same arguments, environment, working directory, standard streams and "
+        "new session as a spawned process; its own package is imported afresh in each process. "
+        "`--launcher spawn` starts every command as a new process instead; the report says which was used.",
+        "",
         "Your process reads newline-delimited JSON on standard input and writes newline-delimited JSON on standard "
         "output, one message per line, each an object with a `type`. Write logs to standard error, never to standard "
         "output. The database already holds the normative schema (migrations 0001-0004 of the reference), the three "

@@ -13,7 +13,7 @@ from testhost.certify import Options, certify
 from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
 from testhost.world import World
 
-from .figures import Figure
+from .figures import Figure, median_of
 
 SAMPLES = 5
 
@@ -35,6 +35,28 @@ def faulted_versus_fault_free() -> list[Figure]:
                    reference, "its fault-free run")]
 
 
+def implementation_start() -> list[Figure]:
+    """Starting the reference adapter until its hello: forked from the fork server beside spawned afresh."""
+    from testhost.implementation import Implementation, set_launcher
+
+    unreachable = "host=127.0.0.1 port=1 dbname=none"  # the hello comes before any connection
+    env = {"CRASHPROOF_RUNTIME_DSN": unreachable, "CRASHPROOF_DISPATCHER_DSN": unreachable}
+    log = Path(tempfile.mkdtemp(prefix="bench-start-")) / "impl.log"
+
+    def start_and_stop(launcher: str) -> None:
+        set_launcher(launcher)
+        Implementation(REFERENCE_COMMAND, env, lambda *a: None, log).start().stop()
+
+    start_and_stop("fork-server")  # the server itself starts once per TestHost process
+    try:
+        forked = median_of(SAMPLES * 2, lambda: start_and_stop("fork-server"))
+        spawned = median_of(SAMPLES * 2, lambda: start_and_stop("spawn"))
+    finally:
+        set_launcher("fork-server")
+    return [Figure("implementation start to hello (fork server)", forked, "s", "< spawn", forked < spawned,
+                   spawned, "spawned")]
+
+
 def full_matrix() -> list[Figure]:
     started = time.monotonic()
     code, report = certify(Options(jobs=2, report_dir=Path(tempfile.mkdtemp(prefix="bench-matrix-")),
@@ -46,4 +68,4 @@ def full_matrix() -> list[Figure]:
     return figures
 
 
-BENCHMARKS = [faulted_versus_fault_free, full_matrix]
+BENCHMARKS = [implementation_start, faulted_versus_fault_free, full_matrix]

@@ -22,9 +22,10 @@ def _uid_of(pid: int) -> int:
 def test_server_runs_durable_and_unprivileged(world):
     with psycopg.connect(world.admin_dsn()) as conn:
         settings = dict(conn.execute(
-            "select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'full_page_writes')"
-        ).fetchall())
-    assert settings == {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+            "select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'full_page_writes', "
+            "'recovery_init_sync_method')").fetchall())
+    assert settings == {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+                        "recovery_init_sync_method": "syncfs"}
     assert _uid_of(world.cluster.pid) == world.workspace.user.uid
     if os.geteuid() == 0:  # PostgreSQL refuses root, so as root the world must have switched user
         assert world.workspace.user.uid != 0
