@@ -26,7 +26,6 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # stdin, stdout, stderr of the child

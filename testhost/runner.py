@@ -9,11 +9,10 @@ import threading
 import time
 import traceback
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -29,6 +28,7 @@ from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, Response
 from .model import Generation, Model
 from .state import read_state
+from .sessions import KeptSession, server_incarnation
 from .store import RUNTIME, Store, StorePool
 from .world import CLOCK, World
 
@@ -115,8 +115,9 @@ class CaseRun:
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.drained_at: datetime | None = None
         self.planted: set = set()
-        self._owner: tuple[psycopg.Connection | None, int | None] = (None, None)
-        self._owner_lock = threading.Lock()
+        # The verifier's session (migration owner, direct, autocommit): `with self.owner() as conn`.
+        self.owner = KeptSession(lambda: psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row),
+                                 server_incarnation(world))
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -157,20 +158,6 @@ class CaseRun:
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
 
     # -- world helpers -------------------------------------------------------------------------------
-
-    @contextmanager
-    def owner(self) -> Iterator[psycopg.Connection]:
-        """The verifier's connection (migration owner, direct, autocommit), one per case and per server
-        incarnation: a new session costs the server a fork, several milliseconds of CPU each."""
-        incarnation = self.world.cluster.pid if self.world.cluster is not None else None
-        with self._owner_lock:
-            conn, known = self._owner
-            if conn is None or conn.closed or conn.broken or known != incarnation:
-                if conn is not None:
-                    conn.close()
-                conn = psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row)
-                self._owner = (conn, incarnation)
-        yield conn
 
     def ensure_partitions(self) -> None:
         with self.owner() as conn:
@@ -569,8 +556,7 @@ class CaseRun:
         return outcome
 
     def _teardown(self) -> None:
-        if self._owner[0] is not None:
-            self._owner[0].close()
+        self.owner.close()
         for impl in self.impls.values():
             try:
                 impl.stop()

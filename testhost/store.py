@@ -7,14 +7,13 @@ import hashlib
 import itertools
 import os
 import threading
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 from psycopg import sql
 
+from .sessions import KeptSession, server_incarnation
 from .world import World
 
 OWNER = "appsurface_durable_owner"
@@ -74,7 +73,6 @@ class Store:
 
     world: World
     dbname: str
-    _admin: tuple = field(default=(None, None), repr=False, compare=False)
 
     def dsn(self, user: str, *, proxied: bool = False) -> str:
         return (self.world.proxied_dsn if proxied else self.world.admin_dsn)(dbname=self.dbname, user=user)
@@ -91,28 +89,10 @@ class Store:
     def dispatcher_dsn(self) -> str:
         return self.dsn(DISPATCHER)
 
-    @contextmanager
-    def admin(self) -> Iterator[psycopg.Connection]:
-        """The superuser's autocommit session in this database, kept while the server that made it lives (the
-        pool resets the store through it after every case)."""
-        incarnation = self.world.cluster.pid if self.world.cluster is not None else None
-        conn, known = self._admin
-        if conn is None or conn.closed or conn.broken or known != incarnation:
-            if conn is not None:
-                conn.close()
-            conn = psycopg.connect(self.world.admin_dsn(dbname=self.dbname), autocommit=True)
-            self._admin = (conn, incarnation)
-        try:
-            yield conn
-        except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.close()  # never hand out a session left inside a failed transaction
-            raise
-
-    def close_admin(self) -> None:
-        if self._admin[0] is not None:
-            self._admin[0].close()
-        self._admin = (None, None)
+    def __post_init__(self) -> None:
+        # The superuser's session in this database, through which the pool resets the store after a case.
+        self.admin = KeptSession(lambda: psycopg.connect(self.world.admin_dsn(dbname=self.dbname), autocommit=True),
+                                 server_incarnation(self.world))
 
     def owner(self) -> psycopg.Connection:
         """The verifier's connection: the migration owner, direct, autocommit, sees every scope."""
@@ -129,7 +109,7 @@ class Store:
                 "select appsurface_durable.ensure_schedule_history_partitions() as name").fetchall()]
 
     def drop(self) -> None:
-        self.close_admin()
+        self.admin.close()
         with psycopg.connect(self.world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(self.dbname)))
 

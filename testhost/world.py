@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -19,6 +16,7 @@ from .cluster import Cluster
 from .components import find_libfaketime, find_postgres
 from .errors import ComponentMissing, TestHostError
 from .processes import is_alive, kill_tree
+from .sessions import KeptSession, server_incarnation
 from .toxiproxy import Proxy, ToxiproxyServer
 from .workspace import Workspace
 
@@ -61,8 +59,9 @@ class World:
         self.toxiproxy: ToxiproxyServer | None = None
         self.proxy: Proxy | None = None
         self.on_down: list = []  # callbacks run first when the world goes down
-        self._admin: tuple[psycopg.Connection | None, int | None] = (None, None)
-        self._admin_lock = threading.Lock()
+        self.admin = KeptSession(lambda: psycopg.connect(self.admin_dsn(), autocommit=True),
+                                 server_incarnation(self))
+        """`with world.admin() as conn`: the superuser's autocommit session to `postgres`."""
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -97,9 +96,7 @@ class World:
     def down(self) -> None:
         while self.on_down:
             self.on_down.pop()()
-        if self._admin[0] is not None:
-            self._admin[0].close()
-            self._admin = (None, None)
+        self.admin.close()
         if self.toxiproxy is not None:
             self.toxiproxy.stop()
         if self.cluster is not None:
@@ -119,20 +116,6 @@ class World:
     def admin_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Direct to the cluster: the verifier's connection, never cut by a fault."""
         return self.cluster.dsn(user=user, dbname=dbname)
-
-    @contextmanager
-    def admin(self) -> Iterator[psycopg.Connection]:
-        """The superuser's autocommit session to `postgres`, kept for the life of the server it reached (a new
-        session costs the server a fork and cold caches)."""
-        incarnation = self.cluster.pid if self.cluster is not None else None
-        with self._admin_lock:
-            conn, known = self._admin
-            if conn is None or conn.closed or conn.broken or known != incarnation:
-                if conn is not None:
-                    conn.close()
-                conn = psycopg.connect(self.admin_dsn(), autocommit=True)
-                self._admin = (conn, incarnation)
-        yield conn
 
     def proxied_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Through the proxy: the only way the implementation under test reaches the cluster."""
