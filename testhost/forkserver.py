@@ -175,8 +175,9 @@ class ForkedProcess:
 class ForkServer:
     """One server per TestHost process and preload list, started on first use."""
 
-    def __init__(self, preload: tuple[str, ...]):
+    def __init__(self, preload: tuple[str, ...], *, ready_timeout: float = 60.0, answer_timeout: float = 10.0):
         self.preload = preload
+        self.answer_timeout = answer_timeout
         self._lock = threading.Lock()
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
@@ -191,10 +192,17 @@ class ForkServer:
         theirs.close()
         self._control = ours
         self.alive = True
-        ready = json.loads(self._control.recv(_MAX_MESSAGE) or b"{}")
+        ours.settimeout(ready_timeout)
+        try:
+            ready = json.loads(ours.recv(_MAX_MESSAGE) or b"{}")
+        except TimeoutError:
+            ready = {}
+        ours.settimeout(None)
         if "ready" not in ready:
+            self._process.kill()
             self.close()
-            raise ForkServerError(f"the fork server did not come up (preloading {', '.join(preload)})")
+            raise ForkServerError(f"the fork server did not come up within {ready_timeout:g} s "
+                                  f"(preloading {', '.join(preload)})")
         threading.Thread(target=self._listen, daemon=True, name="fork-server").start()
 
     def _listen(self) -> None:
@@ -237,8 +245,10 @@ class ForkServer:
                                               [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
                     except OSError as exc:
                         raise ForkServerError(f"the fork server is gone: {exc}") from exc
-                    if not self._replied.wait_for(lambda: self._reply or not self.alive, timeout=10):
-                        raise ForkServerError("the fork server did not answer within 10 s")
+                    if not self._replied.wait_for(lambda: self._reply or not self.alive, timeout=self.answer_timeout):
+                        self.alive = False  # a hung server is replaced on the next start
+                        self._process.kill()
+                        raise ForkServerError(f"the fork server did not answer within {self.answer_timeout:g} s")
                     if not self._reply:
                         raise ForkServerError("the fork server is gone")
                     pid = self._reply.pop()["pid"]

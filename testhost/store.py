@@ -258,6 +258,7 @@ def reset_store(store: Store, snapshot: Snapshot, *, settle_s: float = 10.0) -> 
             # Replica mode: no trigger fires (foreign keys included), so append-only guards allow the delete,
             # the order of the tables does not matter, and seed rows go in as they were copied out.
             conn.execute("set local session_replication_role = replica")
+            conn.execute("set local lock_timeout = '10s'")  # a lock nobody releases: replace, never hang
             for name, kind, partition in conn.execute(_USER_RELATIONS).fetchall():
                 if partition and name not in snapshot.partitions:
                     conn.execute(f"drop table {name}")

@@ -196,3 +196,48 @@ def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
         assert pool.replaced == 1 and all(s.dbname != "store_that_does_not_exist" for s in handed)
     finally:
         pool.close()
+
+
+def test_a_reset_rolls_back_a_transaction_the_case_left_prepared(fresh_world):
+    """An implementation may leave a prepared (two-phase) transaction holding rows and locks."""
+    from testhost.store import StorePool, new_store
+
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        conn.execute("alter system set max_prepared_transactions = 4")
+    fresh_world.cluster.restart()
+    pool = StorePool(fresh_world)
+    fresh = new_store(fresh_world)
+    try:
+        used = pool.take()
+        with psycopg.connect(used.owner_dsn, autocommit=True) as conn:
+            conn.execute("begin")
+            conn.execute("select appsurface_durable.create_scope('tenant-left')")
+            conn.execute("prepare transaction 'left-by-the-case'")
+        pool.give_back(used)
+        handed = [pool.take(), pool.take()]
+        assert pool.reused == 1 and used.dbname in [s.dbname for s in handed]
+        with psycopg.connect(fresh_world.admin_dsn()) as conn:
+            assert conn.execute("select count(*) from pg_prepared_xacts").fetchone() == (0,)
+        assert _contents(used) == _contents(fresh)
+    finally:
+        pool.close()
+        fresh.drop()
+
+
+def test_a_session_that_will_not_end_makes_the_reset_refuse(fresh_world):
+    """A backend that ignores termination (here: stopped) leaves the store unsafe to reuse."""
+    import signal
+    from testhost.store import Snapshot, StoreChanged, new_store, reset_store
+
+    store = new_store(fresh_world)
+    snapshot = Snapshot.of(store)
+    holder = psycopg.connect(store.owner_dsn)
+    backend = holder.execute("select pg_backend_pid()").fetchone()[0]
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        with pytest.raises(StoreChanged, match="did not end"):
+            reset_store(store, snapshot, settle_s=0.3)
+    finally:
+        os.kill(backend, signal.SIGCONT)
+        holder.close()
+        store.drop()

@@ -125,3 +125,22 @@ def test_only_this_interpreter_running_a_module_is_forked():
         set_launcher("fork-server")
     with pytest.raises(ValueError, match="fork-server, spawn"):
         set_launcher("teleport")
+
+
+def test_a_server_that_does_not_come_up_in_time_is_a_clear_error():
+    started = time.monotonic()
+    with pytest.raises(forkserver.ForkServerError, match="did not come up within 0.5 s"):
+        forkserver.ForkServer(("tests.adapters.slow_import",), ready_timeout=0.5)
+    assert time.monotonic() - started < 10
+
+
+def test_a_hung_server_is_given_up_on_and_replaced(tmp_path):
+    server = forkserver.ForkServer(("psycopg",), answer_timeout=0.5)
+    os.kill(server._process.pid, signal.SIGSTOP)
+    log = open(tmp_path / "stderr.log", "ab")
+    with pytest.raises(forkserver.ForkServerError, match="did not answer within 0.5 s"):
+        server.start("tests.adapters.probe", [], dict(os.environ), log.fileno())
+    assert not server.alive
+    with pytest.raises(forkserver.ForkServerError, match="gone"):
+        server.start("tests.adapters.probe", [], dict(os.environ), log.fileno())
+    log.close()
