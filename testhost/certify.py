@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import platform
 import random
+import shlex
 import sys
 import tempfile
 import time
@@ -26,7 +27,8 @@ from scenarios.matrix import expand, select
 from scenarios.model import Scenario, load_catalog
 
 from .faults import FAULTS
-from .implementation import LAUNCHERS, launcher_for, set_launcher
+from .forkserver import module_command
+from .implementation import LAUNCHERS, set_launcher
 from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
@@ -40,7 +42,6 @@ _scenarios: dict[str, Scenario] = {}
 
 def _worker_init(mode: dict) -> None:
     global _world, _scenarios
-    from .implementation import set_launcher
     from .world import ExternalWorld, World, docker_world
     set_launcher(mode.get("launcher", "fork-server"))
     if mode.get("dsn"):
@@ -272,8 +273,9 @@ def certify(options: Options) -> tuple[int, dict]:
                 run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
     identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
     fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
-    set_launcher(options.launcher)
-    launched = launcher_for(options.command)
+    # What actually started the implementation (a fork server that failed falls back to spawning).
+    launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"] if e["event"] == "start"})) or (
+        "spawn" if options.launcher == "spawn" or not module_command(shlex.split(options.command)) else "fork-server")
     report = reports.build(
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "identity": identity, "launcher": launched, "fallbacks": fallbacks,
