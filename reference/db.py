@@ -28,6 +28,7 @@ class _Watchdog:
         self._conn = conn
         self._cond = threading.Condition()
         self._deadline: float | None = None
+        self._wakes_at: float | None = None  # when the thread looks again; None: only when notified
         self._closed = False
         self.fired = False
         self._thread = threading.Thread(target=self._run, name="db-deadline", daemon=True)
@@ -36,7 +37,10 @@ class _Watchdog:
     def arm(self, seconds: float) -> None:
         with self._cond:
             self._deadline = time.monotonic() + seconds
-            self._cond.notify()
+            # Wake the thread only if it would otherwise look too late: waking it on every round trip
+            # cost a thread switch per statement.
+            if self._wakes_at is None or self._deadline < self._wakes_at:
+                self._cond.notify()
 
     def disarm(self) -> None:
         with self._cond:
@@ -51,13 +55,15 @@ class _Watchdog:
         with self._cond:
             while not self._closed:
                 if self._deadline is None:
+                    self._wakes_at = None
                     self._cond.wait()
                     continue
                 remaining = self._deadline - time.monotonic()
                 if remaining > 0:
+                    self._wakes_at = self._deadline
                     self._cond.wait(remaining)
                     continue
-                self._deadline = None
+                self._deadline = self._wakes_at = None
                 self.fired = True
                 try:
                     with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:

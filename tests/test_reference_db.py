@@ -25,3 +25,21 @@ def test_lost_commit_reply_is_indefinite_and_the_server_committed(fresh_world, e
         assert verifier.execute("select count(*) from probe where x = -1").fetchone() == (1,)
     assert session.broken
     session.close()
+
+
+def test_a_shorter_deadline_armed_while_a_longer_one_is_pending_still_fires_on_time(world):
+    """The deadline thread is woken only when a new deadline falls before the time it next looks; a
+    shorter deadline after a long one must wake it (else the round trip would wait the long one out)."""
+    import time
+
+    from reference.errors import DurableError
+
+    session = Session(world.admin_dsn(), deadline=60.0)
+    session.execute("select 1")  # the thread now next looks a minute from now
+    session.deadline = 0.5
+    started = time.monotonic()
+    with pytest.raises(DurableError):
+        session.execute("select pg_sleep(5)")
+    assert time.monotonic() - started < 3
+    assert session.broken
+    session.close()
