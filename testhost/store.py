@@ -1,5 +1,6 @@
 """Protocol stores inside a world: the role recipe once per cluster, a migrated template database, a fresh
-clone per test or case. Set-up uses the reference's migrations (the normative schema); verdicts never do."""
+clone per test, and for cases a pool of clones reset to their fresh state after each case. Set-up uses the
+reference's migrations (the normative schema); verdicts never do."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 import os
 
+from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
@@ -117,15 +118,32 @@ def _contents(store):
     return snapshot.digest, snapshot.tables, snapshot.partitions, rows, snapshot.sequences
 
 
+@contextmanager
+def _pool_beside_a_fresh_clone(world):
+    """A store pool, and a store cloned fresh to compare what the pool hands out with."""
+    from testhost.store import StorePool, new_store
+
+    pool = StorePool(world)
+    fresh = new_store(world)
+    try:
+        yield pool, fresh
+    finally:
+        pool.close()
+        fresh.drop()
+
+
+def _give_back_and_take_two(pool, used):
+    """Hand `used` back; the next two takes are the spare made meanwhile and what became of `used`."""
+    pool.give_back(used)
+    return [pool.take(), pool.take()]
+
+
 def test_a_used_store_given_back_is_reset_to_exactly_a_fresh_clone(fresh_world):
     """Rows, sequences, partitions made since and sessions left open (one idle in a transaction holding a
     row lock) are all put back; the pool hands the same database out again."""
     from reference import ScheduleClient
-    from testhost.store import StorePool, new_store
 
-    pool = StorePool(fresh_world)
-    fresh = new_store(fresh_world)
-    try:
+    with _pool_beside_a_fresh_clone(fresh_world) as (pool, fresh):
         used = pool.take()
         with psycopg.connect(used.owner_dsn, autocommit=True) as conn:
             conn.execute("select appsurface_durable.create_scope('tenant-a')")
@@ -142,16 +160,12 @@ def test_a_used_store_given_back_is_reset_to_exactly_a_fresh_clone(fresh_world):
         holder = psycopg.connect(used.owner_dsn)
         holder.execute("select * from appsurface_durable.schedule_definitions for update").fetchall()
         assert _contents(used) != _contents(fresh)
-        pool.give_back(used)
-        handed = [pool.take(), pool.take()]  # the spare made meanwhile, then the reset one
+        handed = _give_back_and_take_two(pool, used)
         reused = [s for s in handed if s.dbname == used.dbname]
         assert reused, "the given-back store was not handed out again"
         assert pool.reused == 1 and pool.replaced == 0
         assert _contents(reused[0]) == _contents(fresh)
         assert holder.broken or holder.closed or _session_ended(holder)
-    finally:
-        pool.close()
-        fresh.drop()
 
 
 def _session_ended(conn) -> bool:
@@ -163,25 +177,17 @@ def _session_ended(conn) -> bool:
 
 
 def test_a_store_whose_schema_changed_is_replaced_not_reset(fresh_world):
-    from testhost.store import StorePool, new_store
-
-    pool = StorePool(fresh_world)
-    fresh = new_store(fresh_world)
-    try:
+    with _pool_beside_a_fresh_clone(fresh_world) as (pool, fresh):
         used = pool.take()
         with psycopg.connect(fresh_world.admin_dsn(dbname=used.dbname), autocommit=True) as conn:
             conn.execute("create table appsurface_durable.left_behind (x int)")
-        pool.give_back(used)
-        handed = [pool.take(), pool.take()]
+        handed = _give_back_and_take_two(pool, used)
         assert used.dbname not in [s.dbname for s in handed]
         assert pool.replaced == 1 and pool.reused == 0
         with psycopg.connect(fresh_world.admin_dsn()) as conn:
             assert conn.execute("select count(*) from pg_database where datname = %s", (used.dbname,)).fetchone() == (0,)
         for store in handed:
             assert _contents(store) == _contents(fresh)
-    finally:
-        pool.close()
-        fresh.drop()
 
 
 def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
@@ -191,8 +197,7 @@ def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
     pool = StorePool(fresh_world)
     try:
         pool.take()
-        pool.give_back(Store(fresh_world, "store_that_does_not_exist"))
-        handed = [pool.take(), pool.take()]
+        handed = _give_back_and_take_two(pool, Store(fresh_world, "store_that_does_not_exist"))
         assert pool.replaced == 1 and all(s.dbname != "store_that_does_not_exist" for s in handed)
     finally:
         pool.close()
@@ -200,28 +205,20 @@ def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
 
 def test_a_reset_rolls_back_a_transaction_the_case_left_prepared(fresh_world):
     """An implementation may leave a prepared (two-phase) transaction holding rows and locks."""
-    from testhost.store import StorePool, new_store
-
     with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
         conn.execute("alter system set max_prepared_transactions = 4")
     fresh_world.cluster.restart()
-    pool = StorePool(fresh_world)
-    fresh = new_store(fresh_world)
-    try:
+    with _pool_beside_a_fresh_clone(fresh_world) as (pool, fresh):
         used = pool.take()
         with psycopg.connect(used.owner_dsn, autocommit=True) as conn:
             conn.execute("begin")
             conn.execute("select appsurface_durable.create_scope('tenant-left')")
             conn.execute("prepare transaction 'left-by-the-case'")
-        pool.give_back(used)
-        handed = [pool.take(), pool.take()]
+        handed = _give_back_and_take_two(pool, used)
         assert pool.reused == 1 and used.dbname in [s.dbname for s in handed]
         with psycopg.connect(fresh_world.admin_dsn()) as conn:
             assert conn.execute("select count(*) from pg_prepared_xacts").fetchone() == (0,)
         assert _contents(used) == _contents(fresh)
-    finally:
-        pool.close()
-        fresh.drop()
 
 
 def test_a_session_that_will_not_end_makes_the_reset_refuse(fresh_world):
