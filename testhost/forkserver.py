@@ -135,9 +135,9 @@ class ForkedProcess:
     """What the TestHost needs of a started implementation, as `subprocess.Popen` offers it."""
 
     pid: int
-    stdin: io.BufferedWriter
-    stdout: io.BufferedReader
     server: "ForkServer"
+    stdin: io.BufferedWriter | None = None  # attached by start() once the server has answered
+    stdout: io.BufferedReader | None = None
     returncode: int | None = None
     _ended: threading.Event = field(default_factory=threading.Event)
     _pidfd: int | None = None
@@ -180,8 +180,7 @@ class ForkServer:
         self.answer_timeout = answer_timeout
         self._lock = threading.Lock()
         self._children: dict[int, ForkedProcess] = {}
-        self._early_exits: dict[int, int] = {}
-        self._reply: "list[dict]" = []
+        self._reply: "list[ForkedProcess]" = []
         self._replied = threading.Condition()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # No parent-death signal: it is tied to the starting thread. The server ends when its socket closes,
@@ -215,21 +214,20 @@ class ForkServer:
                 self.alive = False
                 with self._replied:
                     self._replied.notify_all()
-                for child in list(self._children.values()):
+                    orphans = list(self._children.values())
+                for child in orphans:
                     child._ended_by(-signal.SIGKILL)
                 return
             message = json.loads(raw)
-            if "exit" in message:
-                with self._replied:
+            with self._replied:
+                if "exit" in message:
                     child = self._children.pop(message["exit"], None)
-                    if child is None:  # ended before start() took note of it
-                        self._early_exits[message["exit"]] = message["status"]
-                if child is not None:
-                    child._ended_by(message["status"])
-            else:
-                with self._replied:
-                    self._reply.append(message)
+                else:  # a child's pid: known here before its exit report, which the server sends later
+                    child = self._children[message["pid"]] = ForkedProcess(message["pid"], self)
+                    self._reply.append(child)
                     self._replied.notify_all()
+            if "exit" in message and child is not None:
+                child._ended_by(message["status"])
 
     def start(self, module: str, args: list[str], env: dict[str, str], stderr: int) -> ForkedProcess:
         stdin_r, stdin_w = os.pipe()
@@ -251,17 +249,15 @@ class ForkServer:
                         raise ForkServerError(f"the fork server did not answer within {self.answer_timeout:g} s")
                     if not self._reply:
                         raise ForkServerError("the fork server is gone")
-                    pid = self._reply.pop()["pid"]
-                    child = ForkedProcess(pid, os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb"), self)
-                    stdin_w = stdout_r = -1
+                    child = self._reply.pop()
+            child.stdin, child.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
+            stdin_w = stdout_r = -1
+            with child._pidfd_lock:
+                if child.returncode is None:
                     try:
-                        child._pidfd = os.pidfd_open(pid)
+                        child._pidfd = os.pidfd_open(child.pid)
                     except ProcessLookupError:
                         pass  # ended already; its exit report is on the way
-                    if pid in self._early_exits:
-                        child._ended_by(self._early_exits.pop(pid))
-                    else:
-                        self._children[pid] = child
             return child
         finally:
             for fd in (stdin_r, stdout_w, stdin_w, stdout_r):
