@@ -44,13 +44,17 @@ class Fault(Protocol):
 
 def open_write_xid(run: "CaseRun", barrier: Barrier) -> int | None:
     """The xid of the implementation's open write transaction at a before-commit barrier, when it is the only
-    one on the case's database (with two processors racing, whose it is cannot be told, so none)."""
+    one on the case's database (with two processors racing, whose it is cannot be told, so none).
+
+    At the barrier the implementation waits for the host's reply, so the one session holding an xid on the
+    case's database is its transaction (the host's own sessions there hold none between statements). The
+    session's state is not read: the world runs with track_activities off."""
     if not barrier.before_commit or run.concurrent:
         return None
     with run.world.admin() as conn:
         rows = conn.execute(
             "select backend_xid::text::bigint from pg_stat_activity where datname = %s "
-            "and state like 'idle in transaction%%' and backend_xid is not null and pid <> pg_backend_pid()",
+            "and backend_xid is not null and pid <> pg_backend_pid()",
             (run.store.dbname,)).fetchall()
     return rows[0][0] if len(rows) == 1 else None
 

@@ -24,9 +24,9 @@ def test_server_runs_durable_and_unprivileged(world):
     with psycopg.connect(world.admin_dsn()) as conn:
         settings = dict(conn.execute(
             "select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'full_page_writes', "
-            "'recovery_init_sync_method')").fetchall())
+            "'recovery_init_sync_method', 'track_activities')").fetchall())
     assert settings == {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
-                        "recovery_init_sync_method": "syncfs"}
+                        "recovery_init_sync_method": "syncfs", "track_activities": "off"}
     assert _uid_of(world.cluster.pid) == world.workspace.user.uid
     if os.geteuid() == 0:  # PostgreSQL refuses root, so as root the world must have switched user
         assert world.workspace.user.uid != 0

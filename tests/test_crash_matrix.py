@@ -28,7 +28,9 @@ def test_slice_every_barrier_times_every_fault_passes(tmp_path):
         names = {check["name"] for check in case["checks"]}
         assert {"planned-fault-fired", "crash-equivalence", "scenario-expectations",
                 "one-work-per-materialized-occurrence"} <= names
-        assert any(e["event"] == "fault-injected" for e in case["timeline"])
+        injected = next(e for e in case["timeline"] if e["event"] == "fault-injected")
+        if case["barrier"].endswith("-before-commit"):  # every such transaction writes: its xid was found
+            assert injected["open_xid"] is not None, case["id"]
     fates = [check for c in faulted for check in c["checks"] if check["name"] == "transaction-fate"]
     assert any(c["evidence"] == [] for c in fates) and len(fates) >= 8  # the verifier confirmed what committed
     assert any("faulted [" in line for line in lines)
