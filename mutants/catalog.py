@@ -31,7 +31,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "cursor-own-transaction", ONE_TRANSACTION,
         "The decision transaction records the occurrence; the cursor moves later, in a transaction of its own.",
         (Edit("processor.py",
-              '            s.execute(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
+              '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
               '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
          Edit("processor.py",
               "            bridge = self._decide(s, claim, counts)\n",
@@ -47,15 +47,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "random-work-id", DETERMINISTIC,
         "The bridge accepts Work under a random Work ID instead of the one derived from the occurrence.",
         (Edit("processor.py",
-              "            work = work_identity(identity, generation.target.command)\n",
-              "            work = work_identity(identity, generation.target.command)\n"
-              "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),),
+              "        work = work_identity(identity, generation.target.command)\n",
+              "        work = work_identity(identity, generation.target.command)\n"
+              "        work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),),
         slice=("at-single",)),
     Mutant(
         "link-without-compare", COMPARE_OR_RETURN,
         "The bridge writes the occurrence link without comparing it with the Work the writer returned under the "
         "occurrence's idempotency key, so another caller's Work there goes unnoticed.",
-        (Edit("processor.py", "            if under_key != derived:\n", "            if False:\n"),),
+        (Edit("processor.py", "        if under_key != derived:\n", "        if False:\n"),),
         slice=("link-conflict",)),
     Mutant(
         "no-lease-fence", LEASE,
@@ -69,7 +69,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "processor-clock-cutoff", CUTOFF,
         "The cutoff is the processor's own clock instead of PostgreSQL's transaction time.",
         (Edit("processor.py",
-              '        cutoff = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]\n',
+              '        cutoff = state.fences["cutoff_utc"]\n',
               "        cutoff = datetime.now().astimezone()\n"),),
         slice=("every-anchored",)),
     Mutant(
@@ -86,19 +86,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "fences-after-cursor", FENCE_FIRST,
         "The decision records occurrences and moves the cursor first, and compares the fences afterwards.",
         (Edit("processor.py",
-              '        """The decision transaction. Returns whether an occurrence may now bridge."""\n'
-              "        dispatch, definition, generation = self._load(s, claim)\n"
-              "        if generation is None or not self._check_fences(s, definition, counts):\n",
-              '        """The decision transaction. Returns whether an occurrence may now bridge."""\n'
-              "        dispatch, definition, generation = self._load(s, claim)\n"
-              "        if generation is None:\n"),
-         Edit("processor.py",
-              "            cursor = cutoff\n        candidate = due.bridge_candidate(s, schedule_id, gen)\n",
-              "            cursor = cutoff\n"
-              "        if not self._check_fences(s, definition, counts):\n"
+              "        dispatch, definition, generation = state.dispatch, state.definition, state.generation\n"
+              "        if generation is None or not self._check_fences(s, state, counts):\n"
               "            self._release(s, dispatch, None)\n"
               "            return False\n"
-              "        candidate = due.bridge_candidate(s, schedule_id, gen)\n")),
+              "        schedule_id = claim.schedule_id\n",
+              "        dispatch, definition, generation = state.dispatch, state.definition, state.generation\n"
+              "        if generation is None:\n"
+              "            self._release(s, dispatch, None)\n"
+              "            return False\n"
+              "        schedule_id = claim.schedule_id\n"),
+         Edit("processor.py",
+              "            cursor = cutoff\n        # The disposition adds",
+              "            cursor = cutoff\n"
+              "        if not self._check_fences(s, state, counts):\n"
+              "            self._release(s, dispatch, None)\n"
+              "            return False\n"
+              "        # The disposition adds")),
         slice=("epoch-release", "scope-generation-repair")),
     Mutant(
         "coalesced-added-twice", ONE_COALESCED,
@@ -122,10 +126,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "superseded-materialized", SUPERSEDE,
         "The bridge still takes a superseded occurrence of an old generation as its candidate and materializes it.",
-        (Edit("due.py", "    waiting = pending(s, schedule_id, generation)\n    return waiting[0] if waiting else None",
-              "    waiting = s.all(\"select * from appsurface_durable.schedule_occurrences where schedule_id = \"\n"
-              "                    \"%(schedule_id)s and state = 'superseded'\", {\"schedule_id\": schedule_id})\n"
-              "    waiting += pending(s, schedule_id, generation)\n    return waiting[0] if waiting else None"),
+        (Edit("processor.py", "        occurrence = due.candidate(state.slot_busy, state.waiting)\n",
+              "        superseded = s.all(\"select * from appsurface_durable.schedule_occurrences where schedule_id = \"\n"
+              "                           \"%(schedule_id)s and state = 'superseded'\", {\"schedule_id\": schedule_id})\n"
+              "        occurrence = due.candidate(state.slot_busy, superseded + state.waiting)\n"),
          Edit("processor.py", "identity = OccurrenceIdentity(scope_id, schedule_id, gen, ",
               'identity = OccurrenceIdentity(scope_id, schedule_id, occurrence["generation"], ')),
         slice=("generation-update-supersedes",)),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import psycopg
@@ -15,6 +17,39 @@ from psycopg.rows import dict_row
 from .errors import BridgeRoleError, DurableError, translate
 
 SCOPE_SETTING = "appsurface_durable.scope_id"
+_CONTROL = ("begin", "commit", "rollback")
+_ROWS = psycopg.pq.ExecStatus.TUPLES_OK
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A statement prepared on one session: its server-side name and its parameters in $n order."""
+
+    name: str
+    params: tuple[str, ...]
+
+
+def _server_form(sql: str) -> tuple[str, tuple[str, ...]]:
+    """psycopg's %(name)s placeholders as PREPARE's $1..$n (a repeated name keeps its number); %% stays."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match.group(0) == "%%":
+            return "%%"  # still a template: the batch binds every statement with one mogrify
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return _PLACEHOLDER.sub(number, sql), tuple(names)
+
+
+# The bridge's proof: set_config runs only when current_user is the configured runtime role (else the
+# scope column is null and the caller refuses); the routing ID resolves inside the same transaction.
+PROVE_AND_SET_SCOPE = """select current_user as user,
+       case when current_user = %(runtime_role)s
+            then set_config(%(setting)s, coalesce(%(scope_id)s, appsurface_durable.scope_for_routing_id(%(routing_id)s::bigint), ''), true)
+       end as scope"""
 
 
 class _Watchdog:
@@ -83,7 +118,15 @@ class Session:
                                         application_name=application_name, row_factory=dict_row)
         except psycopg.Error as exc:
             raise translate(exc) from exc
+        # psycopg's own automatic preparation stays off: after a ROLLBACK it sends DEALLOCATE ALL, which would
+        # also drop the statements `batch` prepared. Other statements go unprepared, as before their fifth use.
+        self.conn.prepare_threshold = None
         self._watchdog = _Watchdog(self.conn)
+        self._binder = psycopg.ClientCursor(self.conn, row_factory=dict_row)
+        self._prepared: dict[str, _Prepared] = {}
+        self._statements = 0
+        self._deferred: list[tuple[str, Any]] = []
+        self.read_rows: list[list[dict]] = []
 
     @property
     def broken(self) -> bool:
@@ -93,11 +136,11 @@ class Session:
         self._watchdog.close()
         self.conn.close()
 
-    def execute(self, sql: str, params: Any = None, *, committing: bool = False,
-                prepare: bool | None = None) -> psycopg.Cursor:
+    def execute(self, sql: str, params: Any = None, *, committing: bool = False) -> psycopg.Cursor:
+        self.flush()  # a statement must see the writes queued before it
         self._watchdog.arm(self.deadline)
         try:
-            return self.conn.execute(sql, params, prepare=prepare)
+            return self.conn.execute(sql, params)
         except psycopg.Error as exc:
             raise translate(exc, during_commit=committing) from exc
         finally:
@@ -110,39 +153,125 @@ class Session:
         return self.execute(sql, params).fetchall()
 
     @contextmanager
-    def transaction(self) -> Iterator["Session"]:
-        """BEGIN … COMMIT; any exception rolls back (quietly if the connection is gone) and propagates."""
-        # Transaction control is never auto-prepared: psycopg would send the Parse on its own and wait for
-        # its reply first, so a lost reply would leave the COMMIT unsent rather than its outcome unknown.
-        self.execute("begin", prepare=False)
+    def transaction(self, *, reads: tuple[tuple[str, Any], ...] = ()) -> Iterator["Session"]:
+        """BEGIN … COMMIT; any exception rolls back (quietly if the connection is gone) and propagates.
+
+        `reads` run right after BEGIN in the same round trip; the rows each returned are in `self.read_rows`.
+        """
+        # Transaction control is never prepared: a Parse sent on its own and waiting for its reply would
+        # leave a COMMIT unsent on a lost reply, rather than its outcome unknown.
+        if reads:
+            try:
+                self.read_rows = self.batch(("begin", None), *reads)[1:]
+            except BaseException:
+                self._rollback_quietly()
+                raise
+        else:
+            self.execute("begin")
+        with self._open_transaction():
+            yield self
+
+    @contextmanager
+    def _open_transaction(self) -> Iterator["Session"]:
+        """The body of a begun transaction: COMMIT after it (deferred writes first), ROLLBACK if it raises."""
         try:
             yield self
+            self.flush()
         except BaseException:
+            self._deferred.clear()
             self._rollback_quietly()
             raise
-        self.execute("commit", committing=True, prepare=False)
+        self.execute("commit", committing=True)
+
+    def defer(self, sql: str, params: Any = None) -> None:
+        """Queue a write whose result nobody reads; it is sent with the next batch, flush or commit."""
+        self._deferred.append((sql, params))
+
+    def flush(self) -> None:
+        """Send the deferred writes now (one round trip), e.g. right before a before-commit barrier."""
+        if self._deferred:
+            self.batch()
+
+    def batch(self, *statements: tuple[str, Any]) -> list[list[dict]]:
+        """The deferred writes, then `statements`, in one round trip; the rows each statement returned.
+
+        The simple query protocol carries several statements at once but plans each one again, so every
+        statement is prepared on the server once per session (PREPARE, in the same round trip the first time)
+        and then run with EXECUTE, its parameters bound here with psycopg's client-side escaping.
+        A failing statement aborts the rest.
+        """
+        queued, self._deferred = self._deferred, []
+        sent = [*queued, *statements]
+        if not sent:
+            return []
+        texts: list[str] = []  # one template for the whole round trip, bound by a single mogrify
+        args: list[Any] = []
+        slots: list[int] = []
+        new: dict[str, _Prepared] = {}
+        for sql, params in sent:
+            if sql in _CONTROL or params is None:
+                sql = sql.replace("%", "%%")  # sent as it is, through the one mogrify below
+            else:
+                prepared = self._prepared.get(sql) or new.get(sql)
+                if prepared is None:
+                    # A fresh name each time: PREPARE is not transactional, so one sent in a batch that failed
+                    # may exist unrecorded; it is never reused.
+                    self._statements += 1
+                    server_sql, names = _server_form(sql)
+                    prepared = new[sql] = _Prepared(f"reference_{self._statements}", names)
+                    texts.append(f"prepare {prepared.name} as {server_sql}")
+                args.extend(params[name] for name in prepared.params)
+                sql = f"execute {prepared.name}({', '.join(['%s'] * len(prepared.params))})" if prepared.params \
+                    else f"execute {prepared.name}"
+            slots.append(len(texts))
+            texts.append(sql)
+        text = self._binder.mogrify(";\n".join(texts), args)
+        self._watchdog.arm(self.deadline)
+        try:
+            self._binder.execute(text)
+            results = []
+            while True:
+                results.append(self._binder.fetchall() if self._binder.pgresult.status == _ROWS else [])
+                if not self._binder.nextset():
+                    break
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            self._watchdog.disarm()
+        self._prepared.update(new)
+        results = [results[slot] for slot in slots]
+        return results[len(queued):]
 
     def _rollback_quietly(self) -> None:
+        self._deferred.clear()
         if self.broken:
             return
         try:
-            self.execute("rollback", prepare=False)
+            self.execute("rollback")
         except DurableError:
             self.conn.close()
 
     @contextmanager
-    def scoped(self, scope_id: str | None, runtime_role: str, *, routing_id: int | None = None) -> Iterator["Session"]:
+    def scoped(self, scope_id: str | None, runtime_role: str, *, routing_id: int | None = None,
+               reads: tuple[tuple[str, Any], ...] = ()) -> Iterator["Session"]:
         """The scoped runtime transaction: prove the runtime role, then set the local scope.
 
         A processor knows only the claim's scope routing ID; it is resolved to the scope inside this same
         transaction (no read outside the two transaction forms). `current_scope` is '' when it names none.
+        BEGIN, the proof and `reads` (statements run once the scope is set) travel in one round trip; the
+        rows each read returned are in `self.read_rows`.
         """
-        with self.transaction():
-            user = self.one("select current_user as user")["user"]
-            if user != runtime_role:
-                raise BridgeRoleError(f"current_user is {user}, not the configured runtime role {runtime_role}; "
-                                      "refusing to set the local scope")
-            self.current_scope = self.one(
-                "select set_config(%s, coalesce(%s, appsurface_durable.scope_for_routing_id(%s), ''), true) as scope",
-                (SCOPE_SETTING, scope_id, routing_id))["scope"]
+        try:
+            proof, *self.read_rows = self.batch(("begin", None), (PROVE_AND_SET_SCOPE, {
+                "runtime_role": runtime_role, "setting": SCOPE_SETTING, "scope_id": scope_id,
+                "routing_id": routing_id}), *reads)[1:]
+        except BaseException:
+            self._rollback_quietly()
+            raise
+        if proof[0]["scope"] is None:
+            self._rollback_quietly()
+            raise BridgeRoleError(f"current_user is {proof[0]['user']}, not the configured runtime role "
+                                  f"{runtime_role}; refusing to set the local scope")
+        self.current_scope = proof[0]["scope"]
+        with self._open_transaction():
             yield self

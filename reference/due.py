@@ -19,12 +19,15 @@ def pending(s: Session, schedule_id: uuid.UUID, generation: int) -> list[dict]:
     return s.all(query("schedule", "pending_occurrences"), {"schedule_id": schedule_id, "generation": generation})
 
 
+def candidate(slot_busy: bool, waiting: list[dict]) -> dict | None:
+    """The one pending occurrence that may take the free slot now, if any (QueueOne), from rows already read:
+    waiting is ordered as `pending` orders it."""
+    return waiting[0] if waiting and not slot_busy else None
+
+
 def bridge_candidate(s: Session, schedule_id: uuid.UUID, generation: int) -> dict | None:
     """The one pending occurrence that may take the free slot now, if any (QueueOne)."""
-    if slot_busy(s, schedule_id):
-        return None
-    waiting = pending(s, schedule_id, generation)
-    return waiting[0] if waiting else None
+    return candidate(slot_busy(s, schedule_id), pending(s, schedule_id, generation))
 
 
 def next_due(s: Session, schedule_id: uuid.UUID, generation: int, timing: Timing, cursor: datetime) -> datetime | None:

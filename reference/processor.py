@@ -75,6 +75,19 @@ class CancellationToken:
 
 
 @dataclass(frozen=True)
+class State:
+    """What a scoped transaction read with BEGIN: locked dispatch and definition, the active generation (None
+    unless the definition is active), the fences with the cutoff, the pending occurrences, the slot."""
+
+    dispatch: dict
+    definition: dict | None
+    generation: Generation | None
+    fences: dict | None
+    waiting: list[dict]
+    slot_busy: bool
+
+
+@dataclass(frozen=True)
 class Claim:
     scope_routing_id: int
     schedule_id: uuid.UUID
@@ -157,8 +170,9 @@ class ScheduleProcessor:
     # -- 1. dispatcher claim ------------------------------------------------------------------------
 
     def _claim(self, owner: str, duration: timedelta) -> Claim | None:
-        with self.dispatcher.transaction() as s:
-            row = s.one(query("schedule", "claim"), {"lease_owner": owner, "lease_duration": duration})
+        claim_read = (query("schedule", "claim"), {"lease_owner": owner, "lease_duration": duration})
+        with self.dispatcher.transaction(reads=(claim_read,)) as s:
+            row = s.read_rows[0][0] if s.read_rows[0] else None
             if row is not None:
                 barriers.hit("schedule-claim-before-commit", schedule_id=str(row["schedule_id"]),
                              dispatch_revision=row["dispatch_revision"])
@@ -171,41 +185,48 @@ class ScheduleProcessor:
 
     # -- 2 and 3. scoped transactions -----------------------------------------------------------------
 
-    def _fenced_dispatch(self, s: Session, claim: Claim) -> dict:
-        """Lock the dispatch row; the lease must still be ours (same dispatch revision) or nothing is written."""
-        dispatch = s.one(query("schedule", "lock_dispatch"), {"schedule_id": claim.schedule_id})
-        if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision or dispatch["lease_state"] != "leased":
-            raise LeaseLost(f"schedule {claim.schedule_id}: dispatch revision is no longer {claim.dispatch_revision}")
-        return dispatch
+    @staticmethod
+    def _state_reads(claim: Claim) -> tuple[tuple[str, dict | None], ...]:
+        """What a scoped transaction reads, in lock order (dispatch, definition, scope, pending occurrences),
+        sent with BEGIN and the scope in one round trip."""
+        key = {"schedule_id": claim.schedule_id}
+        return ((query("schedule", "lock_dispatch"), key), (query("schedule", "lock_definition"), key),
+                (query("schedule", "get_active_generation"), key), (query("schedule", "fences_and_cutoff"), {}),
+                (query("schedule", "pending_of_active_generation"), key), (query("schedule", "slot_busy"), key))
 
     def _process(self, claim: Claim, counts: ProcessCounts) -> None:
         context = {"schedule_id": str(claim.schedule_id), "dispatch_revision": claim.dispatch_revision}
-        with self.runtime.scoped(None, self.runtime_role, routing_id=claim.scope_routing_id) as s:
+        with self.runtime.scoped(None, self.runtime_role, routing_id=claim.scope_routing_id,
+                                 reads=self._state_reads(claim)) as s:
             scope_id = s.current_scope
             if not scope_id:
                 raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
             bridge = self._decide(s, claim, counts)
+            s.flush()
             barriers.hit("schedule-decision-before-commit", **context)
         barriers.hit("schedule-decision-after-commit", **context)
         if not bridge:
             return
-        with self.runtime.scoped(scope_id, self.runtime_role) as s:
+        with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:
             self._bridge(s, claim, scope_id, counts, context)
+            s.flush()
             barriers.hit("schedule-bridge-before-commit", **context)
         barriers.hit("schedule-link-after-commit", **context)
 
-    def _load(self, s: Session, claim: Claim) -> tuple[dict, dict | None, Generation | None]:
-        dispatch = self._fenced_dispatch(s, claim)
-        definition = s.one(query("schedule", "lock_definition"), {"schedule_id": claim.schedule_id})
-        if definition is None or definition["lifecycle_state"] != "active":
-            return dispatch, definition, None
-        row = s.one(query("schedule", "get_generation"),
-                    {"schedule_id": claim.schedule_id, "generation": definition["active_generation"]})
-        return dispatch, definition, Generation.from_row(row)
+    def _load(self, s: Session, claim: Claim) -> State:
+        """The rows read with BEGIN. The lease must still be ours (same dispatch revision) or nothing is written."""
+        dispatches, definitions, generations, fences, waiting, busy = s.read_rows
+        dispatch = dispatches[0] if dispatches else None
+        if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision or dispatch["lease_state"] != "leased":
+            raise LeaseLost(f"schedule {claim.schedule_id}: dispatch revision is no longer {claim.dispatch_revision}")
+        definition = definitions[0] if definitions else None
+        generation = (Generation.from_row(generations[0])
+                      if definition is not None and definition["lifecycle_state"] == "active" else None)
+        return State(dispatch, definition, generation, fences[0] if fences else None, waiting, busy[0]["busy"])
 
-    def _check_fences(self, s: Session, definition: dict, counts: ProcessCounts) -> bool:
+    def _check_fences(self, s: Session, state: State, counts: ProcessCounts) -> bool:
         """Runtime epoch, then scope generation. A mismatch suspends before the cursor or any Work moves."""
-        fences = s.one(query("schedule", "fences"))
+        definition, fences = state.definition, state.fences
         if definition["runtime_epoch"] != fences["runtime_epoch"]:
             reason, evidence = "runtime-epoch", {"persisted": definition["runtime_epoch"], "store": fences["runtime_epoch"]}
         elif definition["scope_generation"] != fences["scope_generation"]:
@@ -217,7 +238,7 @@ class ScheduleProcessor:
         return False
 
     def _suspend(self, s: Session, definition: dict, reason: str, evidence: dict, counts: ProcessCounts) -> None:
-        s.execute(query("schedule", "advance_definition"), {
+        s.defer(query("schedule", "advance_definition"), {
             "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", "suspension_reason": reason,
             "active_generation": definition["active_generation"], "runtime_epoch": definition["runtime_epoch"],
             "scope_generation": definition["scope_generation"], "cursor_utc": definition["cursor_utc"]})
@@ -226,12 +247,13 @@ class ScheduleProcessor:
 
     def _decide(self, s: Session, claim: Claim, counts: ProcessCounts) -> bool:
         """The decision transaction. Returns whether an occurrence may now bridge."""
-        dispatch, definition, generation = self._load(s, claim)
-        if generation is None or not self._check_fences(s, definition, counts):
+        state = self._load(s, claim)
+        dispatch, definition, generation = state.dispatch, state.definition, state.generation
+        if generation is None or not self._check_fences(s, state, counts):
             self._release(s, dispatch, None)
             return False
-        schedule_id, gen = claim.schedule_id, generation.generation
-        cutoff = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
+        schedule_id = claim.schedule_id
+        cutoff = state.fences["cutoff_utc"]
         cursor = definition["cursor_utc"]
         evaluation = evaluate(generation.timing, cursor, cutoff, generation.safety_window)
         if isinstance(evaluation, Anomaly):
@@ -242,99 +264,118 @@ class ScheduleProcessor:
                 "safety_window_s": evaluation.safety_window.total_seconds()}, counts)
             self._release(s, dispatch, None)
             return False
+        opened = False
         if isinstance(evaluation, NoOp):
             counts.noops += 1
         else:
-            self._dispose(s, definition, generation, evaluation, counts)
-            s.execute(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})
+            opened = self._dispose(s, definition, generation, evaluation, state, counts)
+            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})
             cursor = cutoff
-        candidate = due.bridge_candidate(s, schedule_id, gen)
-        if candidate is None:
+        # The disposition adds pending occurrences only; it changes no Work, so the slot is as it was read.
+        may_bridge = not state.slot_busy and (bool(state.waiting) or opened)
+        if not may_bridge:
             self._release(s, dispatch, next_after(generation.timing, cursor))
-        return candidate is not None
+        return may_bridge
 
-    def _dispose(self, s: Session, definition: dict, generation: Generation, ev: Due, counts: ProcessCounts) -> None:
-        """Record what the due instants become: nominal, recovery, coalesced into the waiting slot, or skipped."""
+    def _dispose(self, s: Session, definition: dict, generation: Generation, ev: Due, state: State,
+                 counts: ProcessCounts) -> bool:
+        """Record what the due instants become: nominal, recovery, coalesced into the waiting slot, or skipped.
+        Returns whether it opened a new (non-coalesced) pending occurrence."""
         schedule_id, gen = definition["schedule_id"], generation.generation
         if ev.kind == "recovery" and generation.misfire_policy == "skip":
             self._history(s, definition, "recovery-skipped", {
                 "first_nominal_utc": canonical_instant(ev.first_utc), "last_nominal_utc": canonical_instant(ev.last_utc),
                 "instants": ev.count})
             counts.recovery_skipped += 1
-            return
+            return False
         if ev.kind == "recovery":
             self._history(s, definition, "recovery-declared", {
                 "first_nominal_utc": canonical_instant(ev.first_utc), "last_nominal_utc": canonical_instant(ev.last_utc),
                 "instants": ev.count, "misfire_policy": generation.misfire_policy})
-        waiting = due.pending(s, schedule_id, gen)
-        if due.slot_busy(s, schedule_id) or waiting:
+        waiting = state.waiting
+        if state.slot_busy or waiting:
             coalesced = next((o for o in waiting if o["occurrence_kind"] == "coalesced"), None)
             if coalesced is None:
-                s.execute(query("schedule", "insert_occurrence"), {
+                s.defer(query("schedule", "insert_occurrence"), {
                     "schedule_id": schedule_id, "generation": gen, "occurrence_kind": "coalesced",
                     "first_nominal_utc": ev.first_utc, "last_nominal_utc": ev.last_utc})
             elif ev.last_utc > coalesced["last_nominal_utc"]:
-                s.execute(query("schedule", "extend_coalesced"), {
+                s.defer(query("schedule", "extend_coalesced"), {
                     "schedule_id": schedule_id, "generation": gen, "first_nominal_utc": coalesced["first_nominal_utc"],
                     "last_nominal_utc": ev.last_utc})
             counts.coalesced += 1
-            return
-        s.execute(query("schedule", "insert_occurrence"), {
+            return False
+        s.defer(query("schedule", "insert_occurrence"), {
             "schedule_id": schedule_id, "generation": gen, "occurrence_kind": ev.kind,
             "first_nominal_utc": ev.first_utc, "last_nominal_utc": ev.last_utc})
         counts.occurrences += 1
+        return True
 
     def _bridge(self, s: Session, claim: Claim, scope_id: str, counts: ProcessCounts, context: dict) -> None:
         """The bridge transaction: Work accepted through the writer, link compare-or-return, lease released."""
-        dispatch, definition, generation = self._load(s, claim)
-        if generation is None or not self._check_fences(s, definition, counts):
+        state = self._load(s, claim)
+        dispatch, definition, generation = state.dispatch, state.definition, state.generation
+        if generation is None or not self._check_fences(s, state, counts):
             self._release(s, dispatch, None)
             return
         schedule_id, gen = claim.schedule_id, generation.generation
-        occurrence = due.bridge_candidate(s, schedule_id, gen)
-        if occurrence is not None:
-            identity = OccurrenceIdentity(scope_id, schedule_id, gen, occurrence["occurrence_kind"],
-                                          occurrence["first_nominal_utc"])
-            work = work_identity(identity, generation.target.command)
-            payload = {"target": generation.target.payload, "occurrence": {
-                "schedule_id": str(schedule_id), "generation": gen, "kind": occurrence["occurrence_kind"],
-                "first_nominal_utc": canonical_instant(occurrence["first_nominal_utc"]),
-                "last_nominal_utc": canonical_instant(occurrence["last_nominal_utc"])}}
-            accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,
-                                                          work.activity, payload), compare=False)
-            barriers.hit("schedule-work-after-acceptance", **context, work_id=str(accepted.work_id))
-            under_key = {"work_id": str(accepted.work_id), "command": accepted.command, "activity": accepted.activity}
-            derived = {"work_id": str(work.work_id), "command": work.command, "activity": work.activity}
-            if under_key != derived:
-                # Another caller's Work holds this occurrence's idempotency key: linking either would lie.
-                # Nothing was written under the key, so suspend with the conflict as durable evidence.
-                self._suspend(s, definition, "idempotency-conflict", {
-                    "occurrence": identity.canonical, "idempotency_key": work.idempotency_key,
-                    "stored": under_key, "derived": derived}, counts)
-                self._release(s, dispatch, None)
-                return
-            self._link(s, identity, work)
-            counts.materialized += 1
-        self._release(s, dispatch, due.next_due(s, schedule_id, gen, generation.timing, definition["cursor_utc"]))
+        cursor = definition["cursor_utc"]
+        occurrence = due.candidate(state.slot_busy, state.waiting)
+        if occurrence is None:
+            self._release(s, dispatch, next_after(generation.timing, cursor))
+            return
+        identity = OccurrenceIdentity(scope_id, schedule_id, gen, occurrence["occurrence_kind"],
+                                      occurrence["first_nominal_utc"])
+        work = work_identity(identity, generation.target.command)
+        payload = {"target": generation.target.payload, "occurrence": {
+            "schedule_id": str(schedule_id), "generation": gen, "kind": occurrence["occurrence_kind"],
+            "first_nominal_utc": canonical_instant(occurrence["first_nominal_utc"]),
+            "last_nominal_utc": canonical_instant(occurrence["last_nominal_utc"])}}
+        accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,
+                                                      work.activity, payload), compare=False)
+        barriers.hit("schedule-work-after-acceptance", **context, work_id=str(accepted.work_id))
+        under_key = {"work_id": str(accepted.work_id), "command": accepted.command, "activity": accepted.activity}
+        derived = {"work_id": str(work.work_id), "command": work.command, "activity": work.activity}
+        if under_key != derived:
+            # Another caller's Work holds this occurrence's idempotency key: linking either would lie.
+            # Nothing was written under the key, so suspend with the conflict as durable evidence.
+            self._suspend(s, definition, "idempotency-conflict", {
+                "occurrence": identity.canonical, "idempotency_key": work.idempotency_key,
+                "stored": under_key, "derived": derived}, counts)
+            self._release(s, dispatch, None)
+            return
+        waiting, busy = self._link(s, identity, work, reads=(
+            (query("schedule", "pending_of_active_generation"), {"schedule_id": schedule_id}),
+            (query("schedule", "slot_busy"), {"schedule_id": schedule_id})))
+        counts.materialized += 1
+        # Due now (the transaction's timestamp) when the linked Work is already terminal and another occurrence
+        # waits, else at the next instant on the grid.
+        due_at = state.fences["cutoff_utc"]
+        if due.candidate(busy[0]["busy"], waiting) is None:
+            due_at = next_after(generation.timing, cursor)
+        self._release(s, dispatch, due_at)
 
-    def _link(self, s: Session, identity: OccurrenceIdentity, work) -> None:
-        """Compare-or-return: write the exact accepted identity where no link exists, else demand an exact match."""
+    def _link(self, s: Session, identity: OccurrenceIdentity, work, *,
+              reads: tuple[tuple[str, dict], ...] = ()) -> list[list[dict]]:
+        """Compare-or-return: write the exact accepted identity where no link exists, then demand that the stored
+        tuple matches exactly. `reads` run after it in the same round trip; their rows are returned."""
         key = {"schedule_id": identity.schedule_id, "generation": identity.generation,
                "occurrence_kind": identity.kind, "first_nominal_utc": identity.first_nominal_utc}
         link = {"work_id": work.work_id, "work_idempotency_key": work.idempotency_key,
                 "work_command": work.command, "work_activity": work.activity}
-        if s.one(query("schedule", "link_occurrence"), {**key, **link}) is not None:
-            return
-        stored = s.one(query("schedule", "stored_link"), key)
-        if stored != link:
-            raise IdempotencyConflict(f"occurrence {identity.canonical} is linked to {stored}, not {link}")
+        _, stored, *rows = s.batch((query("schedule", "link_occurrence"), {**key, **link}),
+                                   (query("schedule", "stored_link"), key), *reads)
+        if not stored or stored[0] != link:
+            raise IdempotencyConflict(f"occurrence {identity.canonical} is linked to {stored[0] if stored else None}, "
+                                      f"not {link}")
+        return rows
 
     def _release(self, s: Session, dispatch: dict, due_at: datetime | None) -> None:
-        s.execute(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"]})
-        s.execute(query("schedule", "release_timing"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
+        s.defer(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"]})
+        s.defer(query("schedule", "release_timing"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
 
     @staticmethod
     def _history(s: Session, definition: dict, event: str, detail: dict) -> None:
-        s.execute(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], "event": event,
-                                                        "generation": definition["active_generation"],
-                                                        "detail": Jsonb(detail)})
+        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], "event": event,
+                                                      "generation": definition["active_generation"],
+                                                      "detail": Jsonb(detail)})

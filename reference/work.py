@@ -51,9 +51,9 @@ class WorkTransactionWriter:
             raise RuntimeError("the Work transaction writer needs the caller's open transaction")
         params = {"work_id": request.work_id, "idempotency_key": request.idempotency_key, "command": request.command,
                   "activity": request.activity, "payload": Jsonb(request.payload)}
-        row = session.one(query("work", "enqueue"), params)
-        if row is None:
-            row = session.one(query("work", "by_idempotency_key"), params)
+        found = session.batch((query("work", "enqueue"), params))[0]
+        row = found[0] if found else session.one(query("work", "by_idempotency_key"), params)
+        if not row["created"]:
             stored = (row["work_id"], row["command"], row["activity"], row["payload"])
             wanted = (request.work_id, request.command, request.activity, request.payload)
             if compare and stored != wanted:

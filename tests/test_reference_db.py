@@ -43,3 +43,43 @@ def test_a_shorter_deadline_armed_while_a_longer_one_is_pending_still_fires_on_t
     assert time.monotonic() - started < 3
     assert session.broken
     session.close()
+
+
+def test_statements_prepared_by_a_batch_survive_a_rollback(world):
+    """psycopg's own preparation would answer a ROLLBACK with DEALLOCATE ALL once it had prepared anything
+    (a statement's sixth run), taking the batch's prepared statements with it; the session keeps it off."""
+    from reference.errors import DurableError
+
+    session = Session(world.admin_dsn())
+    read = ("select %(n)s::int + 1 as m", {"n": 1})
+    with session.transaction(reads=(read,)) as s:
+        assert s.read_rows == [[{"m": 2}]]
+    for n in range(6):
+        session.execute("select %s::int as n", (n,))
+    with pytest.raises(DurableError):
+        with session.transaction():
+            session.execute("select 1 / 0")
+    session.execute("select 1")  # when psycopg would have sent its DEALLOCATE ALL
+    with session.transaction(reads=(("select %(n)s::int + 1 as m", {"n": 2}),)) as s:
+        assert s.read_rows == [[{"m": 3}]]
+    assert [r["name"] for r in session.all("select name from pg_prepared_statements")] == ["reference_1"]
+    session.close()
+
+
+def test_a_batch_sends_its_statements_in_one_round_trip_and_returns_each_ones_rows(world):
+    session = Session(world.admin_dsn())
+    session.execute("create temporary table probe (x int)")
+    with session.transaction() as s:
+        s.defer("insert into probe values (%(x)s)", {"x": 1})
+        s.defer("insert into probe values (%(x)s)", {"x": 2})
+        counted, listed = s.batch(("select count(*) as n from probe where x > %(above)s", {"above": 0}),
+                                  ("select x from probe order by x", {}))
+        assert counted == [{"n": 2}] and listed == [{"x": 1}, {"x": 2}]
+        s.defer("insert into probe values (%(x)s)", {"x": 3})
+    assert session.one("select count(*) as n from probe")["n"] == 3  # the commit sent the last deferred write
+    with pytest.raises(Exception):
+        with session.transaction() as s:
+            s.defer("insert into probe values (%(x)s)", {"x": 4})
+            s.batch(("select 1 / %(zero)s", {"zero": 0}))
+    assert session.one("select count(*) as n from probe")["n"] == 3  # the failed batch rolled back its writes
+    session.close()

@@ -18,7 +18,7 @@ from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
 
 import reference
-from reference.db import SCOPE_SETTING, Session
+from reference.db import PROVE_AND_SET_SCOPE, SCOPE_SETTING, Session
 from reference.errors import AccessDenied, BridgeRoleError, DurableError, HistoryPartitionMissing, RetriableError
 from reference.roles import OWNER, QUEUE_COLUMNS, RUNTIME, TABLE_GRANTS, validate
 from reference.work import WorkRequest, WorkStore
@@ -403,21 +403,17 @@ def test_rls_with_check_refuses_rows_of_another_scope(store):
 
 def test_the_bridge_proves_current_user_before_setting_the_scope(store):
     session = Session(store.owner_dsn)
-    executed: list[str] = []
-    real_execute = session.execute
-
-    def recording(sql, params=None, **kwargs):
-        executed.append(sql)
-        return real_execute(sql, params, **kwargs)
-
-    session.execute = recording
     try:
         with pytest.raises(BridgeRoleError, match=f"current_user is {OWNER}, not the configured runtime role {RUNTIME}"):
             with session.scoped("tenant-a", RUNTIME):
                 pytest.fail("the scoped block must not run for a non-runtime role")
-        assert not [sql for sql in executed if "set_config" in sql], executed
-        assert session.one("select current_setting(%s, true) as scope", (SCOPE_SETTING,))["scope"] in (None, "")
         assert session.conn.info.transaction_status.name == "IDLE"
+        # Proof and setting are one statement (sent with BEGIN): set_config runs only for the runtime role.
+        proof = (PROVE_AND_SET_SCOPE, {"runtime_role": RUNTIME, "setting": SCOPE_SETTING, "scope_id": "tenant-a",
+                                       "routing_id": None})
+        with session.transaction(reads=(proof,)) as s:
+            assert s.read_rows[0] == [{"user": OWNER, "scope": None}]
+            assert s.one("select current_setting(%s, true) as scope", (SCOPE_SETTING,))["scope"] in (None, "")
     finally:
         session.close()
 

@@ -5,6 +5,10 @@ select transaction_timestamp() as accepted_at_utc;
 -- The active store epoch and the locked scope generation (no row: the scope is not registered).
 select * from appsurface_durable.locked_scope_fences();
 
+-- name: fences_and_cutoff
+-- The fences, and the cutoff: PostgreSQL's transaction timestamp, the processor's only clock.
+select f.*, transaction_timestamp() as cutoff_utc from appsurface_durable.locked_scope_fences() f;
+
 -- name: find_command
 select command_kind, schedule_id from appsurface_durable.schedule_commands
 where scope_id = appsurface_durable.current_scope() and command_id = %(command_id)s;
@@ -45,6 +49,12 @@ where scope_id = appsurface_durable.current_scope() and schedule_id = %(schedule
 select * from appsurface_durable.schedule_definitions
 where scope_id = appsurface_durable.current_scope() and (%(include_deleted)s or lifecycle_state <> 'deleted')
 order by created_at_utc, schedule_id;
+
+-- name: get_active_generation
+select g.* from appsurface_durable.schedule_generations g
+join appsurface_durable.schedule_definitions d
+  on d.scope_id = g.scope_id and d.schedule_id = g.schedule_id and d.active_generation = g.generation
+where g.scope_id = appsurface_durable.current_scope() and g.schedule_id = %(schedule_id)s;
 
 -- name: get_generation
 select * from appsurface_durable.schedule_generations
@@ -124,6 +134,14 @@ where scope_id = appsurface_durable.current_scope() and schedule_id = %(schedule
   and generation = %(generation)s and state = 'pending'
 order by occurrence_kind = 'coalesced', first_nominal_utc
 for update;
+
+-- name: pending_of_active_generation
+select o.* from appsurface_durable.schedule_occurrences o
+join appsurface_durable.schedule_definitions d
+  on d.scope_id = o.scope_id and d.schedule_id = o.schedule_id and d.active_generation = o.generation
+where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and o.state = 'pending'
+order by o.occurrence_kind = 'coalesced', o.first_nominal_utc
+for update of o;
 
 -- name: insert_occurrence
 insert into appsurface_durable.schedule_occurrences
