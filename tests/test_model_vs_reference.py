@@ -23,10 +23,14 @@ from testhost.store import new_store
 
 SCOPE = "tenant-a"
 NAMES = ("s1", "s2")
-# Instants sit 0.9 s past a whole second. Right before each pass the server clock is set to the whole
-# second the timeline has reached, which is the time the model is given; the pass's own transaction time
-# is that plus however long the pass takes to start, far less than 0.9 s, so both see the same instants.
+# Instants sit 0.9 s past a whole second. The model is given the whole second the timeline has reached.
+# Every other step runs with the server clock set to that second, and each pass 0.1 s after it: a pass's
+# transaction time is that plus however long the pass takes to start, far less than 0.8 s, so both see
+# the same instants, and a pass never runs at a time earlier than what a step before it stamped (a Work
+# completed after a pass requeues its schedule at the completion's time; a pass with the clock set back
+# behind that would not find it due yet).
 OFFSET = timedelta(seconds=0.9)
+PASS_LEAD = timedelta(seconds=0.1)
 
 
 class ModelAgreesWithReference(RuleBasedStateMachine):
@@ -73,12 +77,16 @@ class ModelAgreesWithReference(RuleBasedStateMachine):
           window_s=st.sampled_from([120, 3600]))
     def create(self, every_s, misfire, window_s):
         name = NAMES[len(self.ids)]
+        self._at_timeline()
         view = self.client.create(self._spec(every_s, misfire, window_s, name))
         self.ids[name] = view.schedule_id
         self.model.create(name, self._generation(name, every_s, misfire, window_s))
 
-    def _process(self):
+    def _at_timeline(self) -> None:
         self.world.clock.set_time(self.timeline_at)
+
+    def _process(self):
+        self.world.clock.set_time(self.timeline_at + PASS_LEAD)
         self.processor.process_due(ProcessRequest(maximum_schedules=64))
         self.model.pass_(self.timeline_at)
 
@@ -100,6 +108,7 @@ class ModelAgreesWithReference(RuleBasedStateMachine):
                                (f"schedule-occurrence/v1|{SCOPE}|{self.ids[name]}|%",)).fetchone()
         if row is None:
             return
+        self._at_timeline()
         self.work.transition(row["work_id"], state)
         self.model.work(name, -1, state)
 
@@ -108,6 +117,7 @@ class ModelAgreesWithReference(RuleBasedStateMachine):
     def update(self, data, every_s, misfire):
         name = data.draw(st.sampled_from(sorted(set(self.ids) - self.deleted)))
         current = self.client.get(self.ids[name])
+        self._at_timeline()
         self.client.update(self.ids[name], self._spec(every_s, misfire, 3600, f"{name}-v2"),
                            expected_revision=current.revision)
         self.model.update(name, self._generation(name, every_s, misfire, 3600))
@@ -117,6 +127,7 @@ class ModelAgreesWithReference(RuleBasedStateMachine):
     def delete(self, data):
         name = data.draw(st.sampled_from(sorted(set(self.ids) - self.deleted)))
         current = self.client.get(self.ids[name])
+        self._at_timeline()
         self.client.delete(self.ids[name], expected_revision=current.revision)
         self.model.delete(name)
         self.deleted.add(name)
@@ -133,3 +144,33 @@ def test_the_reference_and_the_model_agree_on_generated_timelines(world):
     # The examples come from the loaded profile (ci or dev); each one builds a store, so fewer of them.
     run_state_machine_as_test(ModelAgreesWithReference, settings=settings(
         settings.default, max_examples=min(settings.default.max_examples, 30), stateful_step_count=12))
+
+
+class _Drawn:
+    """Stands in for Hypothesis's `data` in a replayed program: every draw returns the recorded value."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def draw(self, strategy):
+        return self.value
+
+
+@pytest.mark.world
+def test_a_pass_right_after_a_completion_materializes_the_requeued_coalesced_occurrence(world):
+    """A program Hypothesis found: Work completed, then a pass in the same timeline second. The pass must run
+    at or after the completion's time, or the schedule it requeued is not due yet and the two disagree."""
+    ModelAgreesWithReference.world = world
+    machine = ModelAgreesWithReference()
+    try:
+        machine.create_first(every_s=30, misfire="run-once", window_s=120)
+        machine.create(every_s=30, misfire="run-once", window_s=120)
+        machine.advance_and_process(seconds=31, times=2)
+        machine.complete_latest_work(_Drawn("s1"), state="succeeded")
+        machine.advance_and_process(seconds=0, times=1)
+        machine.database_matches_the_model()
+        coalesced = [o for o in normalize(read_state(machine.store.owner_dsn), machine.ids)["s1"]["occurrences"]
+                     if o[1] == "coalesced"]
+        assert [o[4] for o in coalesced] == ["materialized"]
+    finally:
+        machine.teardown()
