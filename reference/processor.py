@@ -29,7 +29,7 @@ from .migrations import require_schedule_protocol
 from .model import Generation
 from .roles import RUNTIME
 from .sql import query
-from .work import WorkRequest, WorkTransactionWriter
+from .work import TERMINAL, WorkRequest, WorkTransactionWriter
 
 RETRIES = 3
 
@@ -344,31 +344,30 @@ class ScheduleProcessor:
                 "stored": under_key, "derived": derived}, counts)
             self._release(s, dispatch, None)
             return
-        waiting, busy = self._link(s, identity, work, reads=(
-            (query("schedule", "pending_of_active_generation"), {"schedule_id": schedule_id}),
-            (query("schedule", "slot_busy"), {"schedule_id": schedule_id})))
-        counts.materialized += 1
-        # Due now (the transaction's timestamp) when the linked Work is already terminal and another occurrence
-        # waits, else at the next instant on the grid.
+        # What is due once this occurrence holds the slot: the slot was free (all other Work terminal, and
+        # terminal is final) and the pending rows are locked, so the Work's own state and the occurrences
+        # still waiting decide it. Due now (the transaction's timestamp) when that Work is already terminal
+        # and another occurrence waits, else at the next instant on the grid.
+        still_waiting = [o for o in state.waiting if o is not occurrence]
         due_at = state.fences["cutoff_utc"]
-        if due.candidate(busy[0]["busy"], waiting) is None:
+        if due.candidate(accepted.state not in TERMINAL, still_waiting) is None:
             due_at = next_after(generation.timing, cursor)
         self._release(s, dispatch, due_at)
+        self._link(s, identity, work)  # sends the release with it; a mismatch rolls both back
+        counts.materialized += 1
 
-    def _link(self, s: Session, identity: OccurrenceIdentity, work, *,
-              reads: tuple[tuple[str, dict], ...] = ()) -> list[list[dict]]:
+    def _link(self, s: Session, identity: OccurrenceIdentity, work) -> None:
         """Compare-or-return: write the exact accepted identity where no link exists, then demand that the stored
-        tuple matches exactly. `reads` run after it in the same round trip; their rows are returned."""
+        tuple matches exactly (one round trip, with any deferred writes)."""
         key = {"schedule_id": identity.schedule_id, "generation": identity.generation,
                "occurrence_kind": identity.kind, "first_nominal_utc": identity.first_nominal_utc}
         link = {"work_id": work.work_id, "work_idempotency_key": work.idempotency_key,
                 "work_command": work.command, "work_activity": work.activity}
-        _, stored, *rows = s.batch((query("schedule", "link_occurrence"), {**key, **link}),
-                                   (query("schedule", "stored_link"), key), *reads)
+        _, stored = s.batch((query("schedule", "link_occurrence"), {**key, **link}),
+                            (query("schedule", "stored_link"), key))
         if not stored or stored[0] != link:
             raise IdempotencyConflict(f"occurrence {identity.canonical} is linked to {stored[0] if stored else None}, "
                                       f"not {link}")
-        return rows
 
     def _release(self, s: Session, dispatch: dict, due_at: datetime | None) -> None:
         s.defer(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"]})

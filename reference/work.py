@@ -38,6 +38,7 @@ class AcceptedWork:
     activity: str
     accepted_at_utc: datetime
     created: bool
+    state: str  # as it stands now: a Work found under the key may have moved on since it was accepted
 
 
 class WorkTransactionWriter:
@@ -60,7 +61,7 @@ class WorkTransactionWriter:
                 raise IdempotencyConflict(f"Work under idempotency key {request.idempotency_key!r} is {stored}, "
                                           f"not {wanted}")
         return AcceptedWork(row["work_id"], row["idempotency_key"], row["command"], row["activity"],
-                            row["accepted_at_utc"], row["created"])
+                            row["accepted_at_utc"], row["created"], row["state"])
 
 
 class WorkStore:

@@ -7,16 +7,16 @@ with inserted as (
     values (appsurface_durable.current_scope(), %(work_id)s, %(idempotency_key)s, %(command)s, %(activity)s,
             %(payload)s)
     on conflict (scope_id, idempotency_key) do nothing
-    returning work_id, idempotency_key, command, activity, payload, accepted_at_utc, true as created)
+    returning work_id, idempotency_key, command, activity, payload, accepted_at_utc, true as created, state)
 select * from inserted
 union all
-select work_id, idempotency_key, command, activity, payload, accepted_at_utc, false as created
+select work_id, idempotency_key, command, activity, payload, accepted_at_utc, false as created, state
 from appsurface_durable.work_items
 where scope_id = appsurface_durable.current_scope() and idempotency_key = %(idempotency_key)s
   and not exists (select from inserted);
 
 -- name: by_idempotency_key
-select work_id, idempotency_key, command, activity, payload, accepted_at_utc, false as created
+select work_id, idempotency_key, command, activity, payload, accepted_at_utc, false as created, state
 from appsurface_durable.work_items
 where scope_id = appsurface_durable.current_scope() and idempotency_key = %(idempotency_key)s;
 
