@@ -1,4 +1,4 @@
--- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0004
+-- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0005
 -- (after the runner's bootstrap) produce together, consolidated into one file in dependency order.
 --
 -- This file is a declaration to read and to compare against, not a way to install a store: a database
@@ -91,9 +91,12 @@ language sql as $$
 $$;
 
 -- The runtime learns which scope a claimed routing ID belongs to before it sets the local scope.
+-- (PL/pgSQL from migration 0005: its plan is kept for the session.)
 create function appsurface_durable.scope_for_routing_id(p_routing_id bigint) returns text
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select scope_id from appsurface_durable.scopes where routing_id = p_routing_id
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return (select s.scope_id from appsurface_durable.scopes s where s.routing_id = p_routing_id);
+end
 $$;
 grant execute on function appsurface_durable.scope_for_routing_id(bigint) to appsurface_durable_runtime;
 
@@ -101,11 +104,14 @@ grant execute on function appsurface_durable.scope_for_routing_id(bigint) to app
 -- Security definer because a row lock needs UPDATE, which the runtime must not have on scopes.
 create function appsurface_durable.locked_scope_fences()
 returns table (runtime_epoch bigint, scope_generation bigint, routing_id bigint)
-language sql security definer set search_path = pg_catalog, pg_temp as $$
-    select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
-    from appsurface_durable.scopes s
-    where s.scope_id = appsurface_durable.current_scope()
-    for share of s
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return query
+        select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
+        from appsurface_durable.scopes s
+        where s.scope_id = appsurface_durable.current_scope()
+        for share of s;
+end
 $$;
 grant execute on function appsurface_durable.locked_scope_fences() to appsurface_durable_runtime;
 
@@ -302,8 +308,10 @@ create table appsurface_durable.schedule_dispatch (
 
 -- The queue carries the routing ID, not the scope: its runtime policy maps the local scope to it.
 create function appsurface_durable.current_scope_routing_id() returns bigint
-language sql stable as $$
-    select routing_id from appsurface_durable.scopes where scope_id = appsurface_durable.current_scope()
+language plpgsql stable as $$
+begin
+    return (select s.routing_id from appsurface_durable.scopes s where s.scope_id = appsurface_durable.current_scope());
+end
 $$;
 grant execute on function appsurface_durable.current_scope_routing_id() to appsurface_durable_runtime;
 
