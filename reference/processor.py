@@ -187,11 +187,10 @@ class ScheduleProcessor:
 
     @staticmethod
     def _state_reads(claim: Claim) -> tuple[tuple[str, dict | None], ...]:
-        """What a scoped transaction reads, in lock order (dispatch, definition, scope, pending occurrences),
+        """What a scoped transaction reads, in lock order (dispatch row, definition, scope, pending occurrences),
         sent with BEGIN and the scope in one round trip."""
         key = {"schedule_id": claim.schedule_id}
-        return ((query("schedule", "lock_dispatch"), key), (query("schedule", "lock_definition"), key),
-                (query("schedule", "get_active_generation"), key), (query("schedule", "fences_and_cutoff"), {}),
+        return ((query("schedule", "lock_schedule"), key), (query("schedule", "fences_and_cutoff"), {}),
                 (query("schedule", "pending_of_active_generation"), key), (query("schedule", "slot_busy"), key))
 
     def _process(self, claim: Claim, counts: ProcessCounts) -> None:
@@ -215,13 +214,12 @@ class ScheduleProcessor:
 
     def _load(self, s: Session, claim: Claim) -> State:
         """The rows read with BEGIN. The lease must still be ours (same dispatch revision) or nothing is written."""
-        dispatches, definitions, generations, fences, waiting, busy = s.read_rows
-        dispatch = dispatches[0] if dispatches else None
+        schedules, fences, waiting, busy = s.read_rows
+        # One row holds the dispatch row, the definition and the active generation (each column named once).
+        dispatch = definition = schedules[0] if schedules else None
         if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision or dispatch["lease_state"] != "leased":
             raise LeaseLost(f"schedule {claim.schedule_id}: dispatch revision is no longer {claim.dispatch_revision}")
-        definition = definitions[0] if definitions else None
-        generation = (Generation.from_row(generations[0])
-                      if definition is not None and definition["lifecycle_state"] == "active" else None)
+        generation = Generation.from_row(definition) if definition["lifecycle_state"] == "active" else None
         return State(dispatch, definition, generation, fences[0] if fences else None, waiting, busy[0]["busy"])
 
     def _check_fences(self, s: Session, state: State, counts: ProcessCounts) -> bool:

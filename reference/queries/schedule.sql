@@ -50,11 +50,20 @@ select * from appsurface_durable.schedule_definitions
 where scope_id = appsurface_durable.current_scope() and (%(include_deleted)s or lifecycle_state <> 'deleted')
 order by created_at_utc, schedule_id;
 
--- name: get_active_generation
-select g.* from appsurface_durable.schedule_generations g
-join appsurface_durable.schedule_definitions d
-  on d.scope_id = g.scope_id and d.schedule_id = g.schedule_id and d.active_generation = g.generation
-where g.scope_id = appsurface_durable.current_scope() and g.schedule_id = %(schedule_id)s;
+-- name: lock_schedule
+-- The processor's read of a claimed schedule: its dispatch row, the row's timing and the definition,
+-- locked in that order, with the active generation (immutable, so not locked).
+select d.dispatch_id, d.dispatch_revision, d.lease_state, t.lease_owner, def.*,
+       g.generation, g.schedule_kind, g.at_utc, g.after_us, g.every_us, g.anchor_utc, g.anchor_explicit,
+       g.misfire_policy, g.safety_window_us, g.target_kind, g.target_command, g.target_payload, g.accepted_at_utc
+from appsurface_durable.schedule_dispatch d
+join appsurface_durable.schedule_dispatch_timing t on t.dispatch_id = d.dispatch_id
+join appsurface_durable.schedule_definitions def
+  on def.scope_id = appsurface_durable.current_scope() and def.schedule_id = d.schedule_id
+join appsurface_durable.schedule_generations g
+  on g.scope_id = def.scope_id and g.schedule_id = def.schedule_id and g.generation = def.active_generation
+where d.schedule_id = %(schedule_id)s
+for update of d, t, def;
 
 -- name: get_generation
 select * from appsurface_durable.schedule_generations
