@@ -291,3 +291,31 @@ def test_runtime_version_3_refuses_schedule_operations_on_a_full_store(store):
     # The same store admits runtime version 4.
     client = reference.ScheduleClient(store.runtime_dsn, "tenant-a")
     client.close()
+
+
+def test_a_v4_runtime_processes_the_same_on_a_store_without_0005(stores):
+    """0005 changes how the scope functions run, not what they return: without it a schedule is still
+    claimed, decided and bridged, and the functions are the SQL ones 0002 and 0004 made."""
+    from datetime import timedelta
+
+    store = stores(upto=4)
+    store.ensure_partitions()
+    store.create_scope("tenant-a")
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        languages = conn.execute(
+            "select p.proname, l.lanname from pg_proc p join pg_language l on l.oid = p.prolang "
+            "where p.proname in ('scope_for_routing_id', 'locked_scope_fences', 'current_scope_routing_id') "
+            "order by 1").fetchall()
+    assert languages == [("current_scope_routing_id", "sql"), ("locked_scope_fences", "sql"),
+                         ("scope_for_routing_id", "sql")]
+    client = reference.ScheduleClient(store.runtime_dsn, "tenant-a")
+    processor = reference.ScheduleProcessor(store.runtime_dsn, store.dispatcher_dsn)
+    try:
+        created = client.create(reference.ScheduleSpec(kind="after", after=timedelta(microseconds=1),
+                                                       target=reference.Target("report")))
+        counts = processor.process_due()
+        assert (counts.claimed, counts.occurrences, counts.materialized) == (1, 1, 1)
+        assert client.get(created.schedule_id).lifecycle_state == "active"
+    finally:
+        client.close()
+        processor.close()
