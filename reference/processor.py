@@ -5,6 +5,9 @@ Per schedule: (1) the dispatcher claims a payload-free dispatch row under a leas
 PostgreSQL, records the occurrence disposition and moves the cursor together; (3) when an occurrence
 may take the free slot, a scoped bridge transaction accepts its Work through the Work transaction
 writer and writes the link compare-or-return. The last transaction of the pass releases the lease.
+
+Each scoped transaction reads everything with BEGIN (one round trip), decides in Python, and sends its
+writes in one more round trip right before its before-commit barrier (docs/protocol-notes.md, 24e).
 """
 
 from __future__ import annotations
@@ -76,11 +79,12 @@ class CancellationToken:
 
 @dataclass(frozen=True)
 class State:
-    """What a scoped transaction read with BEGIN: locked dispatch and definition, the active generation (None
-    unless the definition is active), the fences with the cutoff, the pending occurrences, the slot."""
+    """What a scoped transaction read with BEGIN: the locked dispatch row and definition (one row, so the same
+    dict), the active generation (None unless the definition is active), the fences with the cutoff, the
+    pending occurrences (locked), and whether a nonterminal Work holds the slot."""
 
     dispatch: dict
-    definition: dict | None
+    definition: dict
     generation: Generation | None
     fences: dict | None
     waiting: list[dict]
