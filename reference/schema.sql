@@ -1,4 +1,4 @@
--- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0005
+-- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0006
 -- (after the runner's bootstrap) produce together, consolidated into one file in dependency order.
 --
 -- This file is a declaration to read and to compare against, not a way to install a store: a database
@@ -448,7 +448,8 @@ $$;
 
 -- When Work reaches terminal truth, the same transaction requeues the Schedule's dispatch row if a
 -- pending coalesced occurrence waits in the active generation. Retries, suspension and other
--- nonterminal states release nothing.
+-- nonterminal states release nothing. It locks the dispatch row before it looks (migration 0006): a
+-- decision writing a coalesced occurrence holds that row until it commits.
 create function appsurface_durable.requeue_after_work_terminal() returns trigger
 language plpgsql as $$
 declare
@@ -464,13 +465,15 @@ begin
     end if;
     select d.dispatch_id into dispatch
     from appsurface_durable.schedule_dispatch d
-    join appsurface_durable.schedule_definitions s on s.schedule_id = d.schedule_id and s.scope_id = new.scope_id
-    where d.schedule_id = occ.schedule_id and s.lifecycle_state = 'active'
-      and exists (select 1 from appsurface_durable.schedule_occurrences p
-                  where p.scope_id = s.scope_id and p.schedule_id = s.schedule_id and p.generation = s.active_generation
-                    and p.occurrence_kind = 'coalesced' and p.state = 'pending')
+    where d.schedule_id = occ.schedule_id
     for update of d;
-    if dispatch is null then
+    if dispatch is null or not exists (
+        select 1
+        from appsurface_durable.schedule_definitions s
+        join appsurface_durable.schedule_occurrences p
+          on p.scope_id = s.scope_id and p.schedule_id = s.schedule_id and p.generation = s.active_generation
+        where s.scope_id = new.scope_id and s.schedule_id = occ.schedule_id and s.lifecycle_state = 'active'
+          and p.occurrence_kind = 'coalesced' and p.state = 'pending') then
         return new;
     end if;
     update appsurface_durable.schedule_dispatch_timing

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.world
 
 SCHEMA_SQL = Path(__file__).resolve().parents[1] / "reference" / "schema.sql"
 ALL_NAMES = ["0001_store_runtime.sql", "0002_scopes.sql", "0003_work_store.sql", "0004_schedule_protocol.sql",
-             "0005_function_plans.sql"]
+             "0005_function_plans.sql", "0006_requeue_waits_for_decisions.sql"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -126,8 +126,8 @@ def test_schema_sql_declares_exactly_what_the_migrations_produce(stores):
     assert any("CREATE FUNCTION appsurface_durable.claim_schedule_dispatch" in line for line in from_migrations)
     assert any(re.match(r"CREATE TABLE appsurface_durable\.schedule_history_\d{6} ", line) for line in from_migrations)
     assert from_schema == from_migrations, (
-        "reference/schema.sql differs from what migrations 0001-0005 produce:\n"
-        + unified(from_migrations, from_schema, "migrations 0001-0005", "reference/schema.sql"))
+        "reference/schema.sql differs from what migrations 0001-0006 produce:\n"
+        + unified(from_migrations, from_schema, "migrations 0001-0006", "reference/schema.sql"))
 
     # Seed rows are data, not schema: compared on their own.
     seeds = seed_rows(migrated)
@@ -148,7 +148,7 @@ def test_migrate_twice_is_a_no_op(stores):
         assert migrate(session) == ALL_NAMES
         before = snapshot(store)
         assert migrate(session) == []
-        assert schema_version(session) == 5
+        assert schema_version(session) == 6
     assert snapshot(store) == before
     # A clone of the migrated template has nothing pending either.
     with _owner(stores()) as session:
@@ -161,12 +161,12 @@ def test_migrate_up_to_a_target_then_the_rest(stores):
         assert migrate(session, 2) == ALL_NAMES[:2]
         assert sorted(applied(session)) == [1, 2]
         assert migrate(session) == ALL_NAMES[2:]
-        assert sorted(applied(session)) == [1, 2, 3, 4, 5]
+        assert sorted(applied(session)) == [1, 2, 3, 4, 5, 6]
         recorded = {v: row["checksum"] for v, row in applied(session).items()}
     assert recorded == {m.version: m.checksum for m in migrations()}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_an_applied_migration_cannot_be_applied_again(stores, version):
     store = stores()
     before = snapshot(store)
@@ -185,13 +185,13 @@ def test_a_migration_cannot_be_applied_backwards(stores):
             apply(session, migrations()[2])
     assert snapshot(store) == before
 
-    # Even with a hole in the ledger (row 3 gone, 4 and 5 still there), 0003 is older than 5: forward-only.
+    # Even with a hole in the ledger (row 3 gone, 4 to 6 still there), 0003 is older than 6: forward-only.
     with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
         conn.execute("delete from appsurface_durable.schema_migrations where version = 3")
     before = snapshot(store)
-    assert [row[0] for row in before[0]] == [1, 2, 4, 5]
+    assert [row[0] for row in before[0]] == [1, 2, 4, 5, 6]
     with _owner(store) as session:
-        with pytest.raises(MigrationRefused, match="older than applied version 5; migrations are forward-only"):
+        with pytest.raises(MigrationRefused, match="older than applied version 6; migrations are forward-only"):
             apply(session, migrations()[2])
     assert snapshot(store) == before
 
@@ -242,7 +242,7 @@ def test_a_refused_apply_rolls_back_partial_sql(stores):
     """A migration whose SQL fails half-way leaves neither its objects nor a ledger row."""
     store = stores()
     before = snapshot(store)
-    broken = Migration(6, "0006_broken.sql",
+    broken = Migration(7, "0007_broken.sql",
                        "create table appsurface_durable.half_done (x int);\nselect 1/0;\n")
     with _owner(store) as session:
         with pytest.raises(reference.DatabaseError):

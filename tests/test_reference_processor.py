@@ -232,6 +232,41 @@ def test_release_refused_for_an_active_schedule(store, client):
     assert refused.type.endswith("release-refused") and "not suspended" in refused.detail
 
 
+def test_work_turning_terminal_while_a_decision_coalesces_still_requeues_the_schedule(store, client, processor, work,
+                                                                                       world, barrier_sink):
+    """The Work transaction looks for a pending coalesced occurrence. A decision writing one at that moment
+    holds the schedule's dispatch row until it commits, so the Work transaction waits for it and then sees
+    the occurrence; without the wait it looked before the commit, found none, and the occurrence sat until
+    the next instant instead of the next pass."""
+    import threading
+
+    actions, _ = barrier_sink
+    view = client.create(every(60))
+    world.clock.shift(timedelta(seconds=61))
+    processor.process_due()
+    [first] = works(store)
+    world.clock.shift(timedelta(seconds=60))
+    completed = threading.Event()
+    seen: dict = {}
+
+    def complete_while_deciding(_context):
+        seen["thread"] = threading.Thread(target=lambda: (work.transition(first["work_id"], "succeeded"),
+                                                          completed.set()))
+        seen["thread"].start()
+        seen["waited"] = not completed.wait(0.5)
+
+    actions["schedule-decision-before-commit"] = complete_while_deciding
+    counts = processor.process_due()
+    seen["thread"].join(10)
+    assert completed.is_set() and counts.coalesced == 1
+    assert seen["waited"], "the Work transaction did not wait for the decision holding the dispatch row"
+    assert rows(store, "schedule_history", "event = 'requeued-after-work-terminal'")
+    counts = processor.process_due()  # no clock move: the coalesced occurrence does not wait for an instant
+    assert counts.materialized == 1
+    assert [o["state"] for o in occurrences(store, view.schedule_id)
+            if o["occurrence_kind"] == "coalesced"] == ["materialized"]
+
+
 @pytest.mark.parametrize("held_state", ["running", "retrying", "suspended"])
 def test_coalescing_and_only_terminal_work_releases_the_slot(store, client, processor, work, world, held_state):
     view = client.create(every(60))
