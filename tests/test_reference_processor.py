@@ -1,6 +1,7 @@
 """The processor: bounded passes, fences first, cutoff from PostgreSQL, recovery and anomaly, QueueOne +
 RunOnce coalescing with the Work terminal callback, supersession, leases and compare-or-return."""
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -398,6 +399,43 @@ def test_a_foreign_work_under_the_occurrence_key_is_a_conflict_that_links_nothin
     assert event["detail"]["derived"]["command"] == "send-report"
     with pytest.raises(IdempotencyConflict):  # a plain Work caller still gets the conflict from the writer
         work.enqueue(WorkRequest(identity.work_id, identity.idempotency_key, "send-report", identity.activity, {}))
+
+
+def test_the_work_writer_returns_a_work_committed_under_its_key_while_it_waited(store):
+    """The writer inserts with ON CONFLICT DO NOTHING and reads the key's Work in the same statement. When
+    another transaction holds the key uncommitted, the insert waits; once that one commits, the statement's
+    snapshot still does not show its row, so the writer reads it again with a statement of its own."""
+    import threading
+
+    from reference.db import Session
+    from reference.roles import RUNTIME
+    from reference.work import WorkTransactionWriter
+
+    request = WorkRequest(uuid.uuid4(), "key-raced", "cmd", "activity", {"n": 1})
+    holder, waiter = Session(store.runtime_dsn), Session(store.runtime_dsn)
+    accepted: dict = {}
+    try:
+        with holder.scoped("tenant-a", RUNTIME) as h:
+            assert WorkTransactionWriter().enqueue(h, request).created
+            waiting = threading.Thread(target=lambda: accepted.update(
+                work=_enqueue_in_scope(waiter, request)))
+            waiting.start()
+            waiting.join(0.5)
+            assert waiting.is_alive(), "the second insert did not wait for the uncommitted key"
+        waiting.join(10)
+        work = accepted["work"]
+        assert (work.work_id, work.created, work.state) == (request.work_id, False, "pending")
+    finally:
+        holder.close()
+        waiter.close()
+
+
+def _enqueue_in_scope(session, request):
+    from reference.roles import RUNTIME
+    from reference.work import WorkTransactionWriter
+
+    with session.scoped("tenant-a", RUNTIME) as s:
+        return WorkTransactionWriter().enqueue(s, request)
 
 
 def test_work_samples_its_own_clock_and_the_processor_never_waits_for_it(store, client, processor, world):
