@@ -225,7 +225,8 @@ class Session:
                     else f"execute {prepared.name}"
             slots.append(len(texts))
             texts.append(sql)
-        text = self._binder.mogrify(";\n".join(texts), args)
+        # Each statement ends on a line of its own, so a query whose last line is a comment keeps its ';'.
+        text = self._binder.mogrify("\n;\n".join(texts), args)
         self._watchdog.arm(self.deadline)
         try:
             self._binder.execute(text)

@@ -72,7 +72,8 @@ def test_a_batch_sends_its_statements_in_one_round_trip_and_returns_each_ones_ro
     with session.transaction() as s:
         s.defer("insert into probe values (%(x)s)", {"x": 1})
         s.defer("insert into probe values (%(x)s)", {"x": 2})
-        counted, listed = s.batch(("select count(*) as n from probe where x > %(above)s", {"above": 0}),
+        counted, listed = s.batch(("select count(*) as n from probe where x > %(above)s -- a closing comment",
+                                   {"above": 0}),
                                   ("select x from probe order by x", {}))
         assert counted == [{"n": 2}] and listed == [{"x": 1}, {"x": 2}]
         s.defer("insert into probe values (%(x)s)", {"x": 3})
