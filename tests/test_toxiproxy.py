@@ -106,3 +106,33 @@ def test_blackhole_passes_client_bytes_and_drops_replies(fresh_world):
 def test_api_refusal_is_a_clear_error(world):
     with pytest.raises(ToxiproxyFailed, match="refused a call"):
         world.toxiproxy.create_proxy("postgres", f"127.0.0.1:{world.cluster.port}")
+
+
+def test_heal_after_a_cut_that_failed_half_way_enables_the_proxy(fresh_world, monkeypatch):
+    proxy = fresh_world.proxy
+    proxy.heal()
+
+    def refused():
+        raise ToxiproxyFailed("enable refused")
+    monkeypatch.setattr(proxy._proxy, "enable", refused)
+    with pytest.raises(ToxiproxyFailed):
+        proxy.cut()  # disabled, never enabled again
+    monkeypatch.undo()
+    proxy.heal()
+    with psycopg.connect(fresh_world.proxied_dsn(), connect_timeout=3) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_heal_with_nothing_to_undo_makes_no_api_call(fresh_world, monkeypatch):
+    proxy = fresh_world.proxy
+    proxy.blackhole_replies()
+    proxy.heal()
+    proxy.cut()  # a cut that succeeded leaves nothing to undo
+
+    def no_call():
+        raise AssertionError("heal called the Toxiproxy API with nothing to undo")
+    monkeypatch.setattr(proxy._proxy, "toxics", no_call)
+    monkeypatch.setattr(proxy._proxy, "enable", no_call)
+    proxy.heal()
+    monkeypatch.undo()
+    assert proxy.toxics() == []
