@@ -14,9 +14,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
-
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
@@ -28,13 +25,16 @@ from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, Response
 from .model import Generation, Model
 from .state import read_state
-from .sessions import KeptSession, server_incarnation
+from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
 from .world import CLOCK, World
 
 SCOPE = "tenant-a"
 DEADLINE_S = 2.0
 MAX_DRAIN_PASSES = 20
+# How far the server's clock may be from the host's reading of it when the host decides that the history
+# partition of the month the clock stands in already exists.
+PARTITION_MARGIN = timedelta(minutes=5)
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
 
 
@@ -45,7 +45,7 @@ def store_pool(world: World, migrations: Path | None = None) -> StorePool:
     """The world's pool of prepared stores per schema (made on first use, closed when the world goes down)."""
     key = (id(world), str(migrations) if migrations else None)
     if key not in _pools:
-        _pools[key] = StorePool(world, migrations=migrations)
+        _pools[key] = StorePool(world, migrations=migrations, history_at=T0 if world.capabilities.has(CLOCK) else None)
         world.on_down.append(lambda: _pools.pop(key).close())
     return _pools[key]
 
@@ -114,10 +114,13 @@ class CaseRun:
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.drained_at: datetime | None = None
+        self._partitioned_month: tuple[int, int] | None = None  # its partition and the next one exist
         self.planted: set = set()
-        # The verifier's session (migration owner, direct, autocommit): `with self.owner() as conn`.
-        self.owner = KeptSession(lambda: psycopg.connect(self.store.owner_dsn, autocommit=True, row_factory=dict_row),
-                                 server_incarnation(world))
+
+    @property
+    def owner(self) -> KeptSession:
+        """The verifier's session (migration owner, direct, autocommit), the store's: `with self.owner() as conn`."""
+        return self.store.verifier
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -160,8 +163,15 @@ class CaseRun:
     # -- world helpers -------------------------------------------------------------------------------
 
     def ensure_partitions(self) -> None:
+        """History partitions for the server's month and the next, unless this case already made sure of the
+        month the clock stands in (a clock step far from a month's edge cannot leave it)."""
+        now = self.world.clock.now()
+        months = {(t.year, t.month) for t in (now - PARTITION_MARGIN, now + PARTITION_MARGIN)}
+        if months == {self._partitioned_month}:
+            return
         with self.owner() as conn:
             conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
+        self._partitioned_month = months.pop() if len(months) == 1 else None
 
     def advance(self, delta: timedelta) -> None:
         self.world.clock.shift(delta)
@@ -556,7 +566,6 @@ class CaseRun:
         return outcome
 
     def _teardown(self) -> None:
-        self.owner.close()
         for impl in self.impls.values():
             try:
                 impl.stop()

@@ -28,7 +28,8 @@ class KeptSession:
         with self._lock:
             incarnation = self._incarnation()
             conn = self._conn
-            if conn is None or conn.closed or conn.broken or self._made_in != incarnation:
+            if conn is None or conn.closed or conn.broken or self._made_in != incarnation \
+                    or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 if conn is not None:
                     conn.close()
                 conn = self._conn = self._connect()
@@ -39,6 +40,18 @@ class KeptSession:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.close()  # never hand out a session left inside a failed transaction
             raise
+
+    def idle_pid(self) -> int | None:
+        """The server process of the session kept open, when it is idle outside a transaction; a session left
+        inside one is closed (its locks go with it) and None returned."""
+        with self._lock:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                return None
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.close()
+                return None
+            return conn.info.backend_pid
 
     def close(self) -> None:
         with self._lock:

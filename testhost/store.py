@@ -9,6 +9,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -68,6 +69,35 @@ def _prepare_template(world: World, *, upto: int | None, migrations: Path | None
     return name
 
 
+def _history_template(world: World, template: str, at: datetime) -> str:
+    """A clone of `template` that also holds the history partitions of the month of `at` and the next, made by
+    the normative `ensure_schedule_history_partitions()` with the server's clock at `at` for that one call.
+
+    Cases start at one instant; without these partitions every case would create them (DDL, new files) and
+    every reset drop them again. Made once per world, before its pool hands out a store, so no case's clock
+    is moved under it.
+    """
+    from reference.db import Session
+    from reference.roles import apply_recipe
+
+    name = f"{template}_h{at:%Y%m}"
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+        if admin.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            return name
+        admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
+    recipe = Session(world.admin_dsn(dbname=name))
+    apply_recipe(recipe)
+    recipe.close()
+    offset = world.clock.offset
+    world.clock.set_time(at)
+    try:
+        with psycopg.connect(world.admin_dsn(dbname=name, user=OWNER), autocommit=True) as owner:
+            owner.execute("select appsurface_durable.ensure_schedule_history_partitions()")
+    finally:
+        world.clock.set_offset(offset)
+    return name
+
+
 @dataclass
 class Store:
     """One database holding the protocol schema, with a DSN per role, direct or through the world's proxy."""
@@ -94,6 +124,8 @@ class Store:
         # The superuser's session in this database, through which the pool resets the store after a case.
         self.admin = KeptSession(lambda: psycopg.connect(self.world.admin_dsn(dbname=self.dbname), autocommit=True),
                                  server_incarnation(self.world))
+        # The verifier's session (migration owner, direct, autocommit), kept from case to case: a reset spares it.
+        self.verifier = KeptSession(self.owner, server_incarnation(self.world))
 
     def owner(self) -> psycopg.Connection:
         """The verifier's connection: the migration owner, direct, autocommit, sees every scope."""
@@ -111,18 +143,23 @@ class Store:
 
     def drop(self) -> None:
         self.admin.close()
+        self.verifier.close()
         with psycopg.connect(self.world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(self.dbname)))
 
 
-def new_store(world: World, *, upto: int | None = None, migrations: Path | None = None) -> Store:
+def new_store(world: World, *, upto: int | None = None, migrations: Path | None = None,
+              history_at: datetime | None = None) -> Store:
     """A fresh database cloned from the migrated template (migrations up to `upto`, default all; from the
-    directory `migrations` when the implementation ships its own schema)."""
+    directory `migrations` when the implementation ships its own schema), with the history partitions of
+    `history_at`'s month and the next when it is given."""
     from reference.db import Session
     from reference.roles import apply_recipe
 
     with _lock:
         template = _prepare_template(world, upto=upto, migrations=migrations)
+        if history_at is not None:
+            template = _history_template(world, template, history_at)
         name = f"store_{os.getpid()}_{next(_counter)}"
         with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
@@ -240,16 +277,18 @@ class StoreChanged(Exception):
 
 
 def reset_store(store: Store, snapshot: Snapshot, *, settle_s: float = 10.0) -> None:
-    """Put a used store back to `snapshot` in one transaction: end every session still attached (a killed or
-    paused implementation's backends), roll back prepared transactions, drop partitions made since, and
+    """Put a used store back to `snapshot` in one transaction: end every session still attached but the
+    verifier's (a killed or paused implementation's backends), roll back prepared transactions, drop partitions made since, and
     replace every table's rows and every sequence's position with the snapshot's. Raises StoreChanged when
     anything else in the schema differs."""
     import time
 
     with store.admin() as conn:
         deadline = time.monotonic() + settle_s
+        spared = store.verifier.idle_pid() or 0
         while conn.execute("select count(pg_terminate_backend(pid)) from pg_stat_activity "
-                           "where datname = current_database() and pid <> pg_backend_pid()").fetchone()[0]:
+                           "where datname = current_database() and pid not in (pg_backend_pid(), %s)",
+                           (spared,)).fetchone()[0]:
             if time.monotonic() > deadline:
                 raise StoreChanged("sessions of the last case did not end")
             time.sleep(0.01)
@@ -282,10 +321,12 @@ class StorePool:
     server CPU with fsync on). A store given back is reset to the state of a fresh clone (a millisecond or
     two) and handed out again; one whose schema changed is dropped and replaced by a new clone."""
 
-    def __init__(self, world: World, spares: int = 1, migrations: Path | None = None):
+    def __init__(self, world: World, spares: int = 1, migrations: Path | None = None,
+                 history_at: datetime | None = None):
         import queue
         self.world = world
         self.migrations = migrations
+        self.history_at = history_at
         self.snapshot: Snapshot | None = None
         self.reused = self.replaced = 0
         self._ready: "queue.Queue[Store | BaseException]" = queue.Queue(maxsize=spares)
@@ -298,7 +339,7 @@ class StorePool:
         """A new store; while a case crashes and restarts the server under us, try again (bounded)."""
         for attempt in range(attempts):
             try:
-                store = new_store(self.world, migrations=self.migrations)
+                store = new_store(self.world, migrations=self.migrations, history_at=self.history_at)
             except Exception as exc:  # noqa: BLE001 - handed to the taker if every attempt fails
                 failure = exc
                 if self._stop.wait(0.25):

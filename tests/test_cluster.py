@@ -241,3 +241,49 @@ def test_a_session_that_will_not_end_makes_the_reset_refuse(fresh_world):
         os.kill(backend, signal.SIGCONT)
         holder.close()
         store.drop()
+
+
+def test_a_reset_spares_the_verifiers_idle_session_and_ends_one_left_in_a_transaction(fresh_world):
+    from testhost.store import Snapshot, new_store, reset_store
+
+    store = new_store(fresh_world)
+    try:
+        snapshot = Snapshot.of(store)
+        other = psycopg.connect(store.runtime_dsn, autocommit=True)
+        with store.verifier() as conn:
+            kept = conn.info.backend_pid
+        reset_store(store, snapshot)
+        assert _session_ended(other)
+        with store.verifier() as conn:
+            assert conn.info.backend_pid == kept and conn.execute("select 1").fetchone()
+            conn.execute("begin")
+            conn.execute("select * from appsurface_durable.scopes for update").fetchall()
+        reset_store(store, snapshot, settle_s=2)  # its lock would block the reset's delete: it is ended
+        with store.verifier() as conn:
+            assert conn.info.backend_pid != kept
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        store.drop()
+
+
+def test_a_pool_for_cases_holds_the_history_partitions_of_their_start(fresh_world):
+    from datetime import datetime, timezone
+    from testhost.store import StorePool
+
+    offset = fresh_world.clock.offset
+    pool = StorePool(fresh_world, history_at=datetime(2031, 12, 3, tzinfo=timezone.utc))
+    try:
+        store = pool.take()
+        with store.verifier() as conn:
+            months = {r["relname"] for r in conn.execute(
+                "select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid "
+                "where i.inhparent = 'appsurface_durable.schedule_history'::regclass").fetchall()}
+            forced = conn.execute("select bool_and(relforcerowsecurity) from pg_class "
+                                  "where relname in ('schedule_history_203112', 'schedule_history_203201')").fetchone()
+        assert {"schedule_history_203112", "schedule_history_203201"} <= months and forced == {"bool_and": True}
+        assert fresh_world.clock.offset == offset  # the clock is where it was
+        handed = _give_back_and_take_two(pool, store)
+        assert store.dbname in [s.dbname for s in handed]  # a reset keeps them: the schema is the clone's
+        assert pool.reused == 1 and pool.replaced == 0
+    finally:
+        pool.close()

@@ -53,3 +53,36 @@ def test_an_implementation_that_skips_a_barrier_fails_certification(tmp_path):
     census = next(c for c in report["cases"] if c["fault"] is None)
     assert census["verdict"] == "fail" and census["reason"] == "barrier-coverage"
     assert not any(c["barrier"] == "schedule-decision-before-commit" for c in report["cases"] if c["fault"])
+
+
+def test_history_partitions_follow_the_clock_across_months(world, tmp_path):
+    from datetime import datetime, timedelta, timezone
+    from testhost.runner import CaseRun, store_pool
+
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    run = CaseRun(world, scenario, CasePlan("at-single"), REFERENCE_COMMAND, tmp_path)
+    run.store = store_pool(world).take()
+    owner, calls = run.store.verifier, []
+
+    def counted():
+        calls.append(world.clock.now())
+        return owner()
+    run.store.verifier = counted
+    try:
+        world.clock.set_time(datetime(2031, 3, 31, 23, 0, tzinfo=timezone.utc))
+        run.ensure_partitions()                  # March, and April
+        run.advance(timedelta(minutes=30))       # still March: nothing to make
+        run.advance(timedelta(hours=1))          # April 1st: April is there, May is made
+        run.advance(timedelta(days=31))          # May 2nd: June is made
+        run.advance(timedelta(hours=1))
+        assert len(calls) == 3
+        with owner() as conn:
+            months = {r["relname"] for r in conn.execute(
+                "select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid "
+                "where i.inhparent = 'appsurface_durable.schedule_history'::regclass").fetchall()}
+        assert {"schedule_history_203103", "schedule_history_203104", "schedule_history_203105",
+                "schedule_history_203106"} <= months
+    finally:
+        world.clock.reset()
+        run.store.verifier = owner
+        store_pool(world).give_back(run.store)
