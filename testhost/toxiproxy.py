@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import requests
+import toxiproxy.api as toxiproxy_api
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 from toxiproxy.proxy import Proxy as _ClientProxy
@@ -22,6 +24,38 @@ from .processes import die_with_parent, kill_tree, popen
 # toxiproxy-python keeps the API address in class attributes; one lock makes it safe for several servers.
 _client_lock = threading.Lock()
 
+
+class _KeptHttp:
+    """What toxiproxy-python calls as `requests`: get, post and delete on one kept HTTP session.
+
+    requests' module functions build a new Session per call (adapters, environment and netrc lookups, a new
+    TCP connection): several milliseconds of CPU per API call, and a case makes up to five. One session per
+    process (a forked worker makes its own) keeps its connections alive instead.
+    """
+
+    def __init__(self) -> None:
+        self._session: requests.Session | None = None
+        self._pid: int | None = None
+
+    def _current(self) -> requests.Session:
+        if self._session is None or self._pid != os.getpid():
+            self._session = requests.Session()
+            self._session.trust_env = False  # loopback only: no proxy or netrc from the environment
+            self._pid = os.getpid()
+        return self._session
+
+    def get(self, url, **kwargs):
+        return self._current().get(url, **kwargs)
+
+    def post(self, url, **kwargs):
+        return self._current().post(url, **kwargs)
+
+    def delete(self, url, **kwargs):
+        return self._current().delete(url, **kwargs)
+
+
+_http = _KeptHttp()
+
 _BLACKHOLE = "crashproof_blackhole_replies"
 
 
@@ -29,6 +63,7 @@ _BLACKHOLE = "crashproof_blackhole_replies"
 def _client(port: int):
     with _client_lock:
         APIConsumer.host, APIConsumer.port = LOOPBACK, port
+        toxiproxy_api.requests = _http
         try:
             yield
         except (requests.RequestException, ProxyExists, NotFound, InvalidToxic) as exc:

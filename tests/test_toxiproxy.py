@@ -136,3 +136,15 @@ def test_heal_with_nothing_to_undo_makes_no_api_call(fresh_world, monkeypatch):
     proxy.heal()
     monkeypatch.undo()
     assert proxy.toxics() == []
+
+
+def test_api_calls_share_one_kept_http_session_per_process(world):
+    from testhost import toxiproxy as tp
+
+    world.proxy.toxics()
+    session = tp._http._current()
+    world.proxy.toxics()
+    assert tp._http._current() is session and session.trust_env is False
+    tp._http._pid = -1  # as in a forked child: its own session, never the parent's connections
+    world.proxy.toxics()
+    assert tp._http._current() is not session
