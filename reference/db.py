@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.adapt import Transformer
+from psycopg.rows import dict_row, tuple_row
 
 from .errors import BridgeRoleError, DurableError, translate
 
@@ -31,12 +32,12 @@ class _Prepared:
 
 
 def _server_form(sql: str) -> tuple[str, tuple[str, ...]]:
-    """psycopg's %(name)s placeholders as PREPARE's $1..$n (a repeated name keeps its number); %% stays."""
+    """psycopg's %(name)s placeholders as PREPARE's $1..$n (a repeated name keeps its number); %% is %."""
     names: list[str] = []
 
     def number(match: re.Match) -> str:
         if match.group(0) == "%%":
-            return "%%"  # still a template: the batch binds every statement with one mogrify
+            return "%"
         if match.group(1) not in names:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
@@ -122,7 +123,8 @@ class Session:
         # also drop the statements `batch` prepared. Other statements go unprepared, as before their fifth use.
         self.conn.prepare_threshold = None
         self._watchdog = _Watchdog(self.conn)
-        self._binder = psycopg.ClientCursor(self.conn, row_factory=dict_row)
+        self._batcher = self.conn.cursor(row_factory=tuple_row)
+        self._literals = Transformer.from_context(self.conn)
         self._prepared: dict[str, _Prepared] = {}
         self._statements = 0
         self._deferred: list[tuple[str, Any]] = []
@@ -197,21 +199,19 @@ class Session:
 
         The simple query protocol carries several statements at once but plans each one again, so every
         statement is prepared on the server once per session (PREPARE, in the same round trip the first time)
-        and then run with EXECUTE, its parameters bound here with psycopg's client-side escaping.
+        and then run with EXECUTE, its parameters quoted here as literals by psycopg's own dumpers.
         A failing statement aborts the rest.
         """
         queued, self._deferred = self._deferred, []
         sent = [*queued, *statements]
         if not sent:
             return []
-        texts: list[str] = []  # one template for the whole round trip, bound by a single mogrify
-        args: list[Any] = []
+        texts: list[str] = []
         slots: list[int] = []
         new: dict[str, _Prepared] = {}
+        literal = self._literal
         for sql, params in sent:
-            if sql in _CONTROL or params is None:
-                sql = sql.replace("%", "%%")  # sent as it is, through the one mogrify below
-            else:
+            if sql not in _CONTROL and params is not None:
                 prepared = self._prepared.get(sql) or new.get(sql)
                 if prepared is None:
                     # A fresh name each time: PREPARE is not transactional, so one sent in a batch that failed
@@ -220,20 +220,24 @@ class Session:
                     server_sql, names = _server_form(sql)
                     prepared = new[sql] = _Prepared(f"reference_{self._statements}", names)
                     texts.append(f"prepare {prepared.name} as {server_sql}")
-                args.extend(params[name] for name in prepared.params)
-                sql = f"execute {prepared.name}({', '.join(['%s'] * len(prepared.params))})" if prepared.params \
-                    else f"execute {prepared.name}"
+                sql = (f"execute {prepared.name}({', '.join([literal(params[name]) for name in prepared.params])})"
+                       if prepared.params else f"execute {prepared.name}")
             slots.append(len(texts))
             texts.append(sql)
         # Each statement ends on a line of its own, so a query whose last line is a comment keeps its ';'.
-        text = self._binder.mogrify("\n;\n".join(texts), args)
+        # Without parameters psycopg sends the text as it is.
+        cursor = self._batcher
         self._watchdog.arm(self.deadline)
         try:
-            self._binder.execute(text)
-            results = []
+            cursor.execute("\n;\n".join(texts))
+            results: list[list[dict]] = []
             while True:
-                results.append(self._binder.fetchall() if self._binder.pgresult.status == _ROWS else [])
-                if not self._binder.nextset():
+                if cursor.pgresult.status == _ROWS:
+                    names = [column.name for column in cursor.description]
+                    results.append([dict(zip(names, row)) for row in cursor.fetchall()])
+                else:
+                    results.append([])
+                if not cursor.nextset():
                     break
         except psycopg.Error as exc:
             raise translate(exc) from exc
@@ -242,6 +246,9 @@ class Session:
         self._prepared.update(new)
         results = [results[slot] for slot in slots]
         return results[len(queued):]
+
+    def _literal(self, value: Any) -> str:
+        return "NULL" if value is None else self._literals.as_literal(value).decode()
 
     def _rollback_quietly(self) -> None:
         self._deferred.clear()

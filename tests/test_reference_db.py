@@ -84,3 +84,22 @@ def test_a_batch_sends_its_statements_in_one_round_trip_and_returns_each_ones_ro
             s.batch(("select 1 / %(zero)s", {"zero": 0}))
     assert session.one("select count(*) as n from probe")["n"] == 3  # the failed batch rolled back its writes
     session.close()
+
+
+def test_a_batch_quotes_every_parameter_as_psycopg_would_bind_it(world):
+    import uuid
+    from datetime import datetime, timedelta, timezone
+    from psycopg.types.json import Jsonb
+
+    values = {"text": "it's 100% \\ 'quoted'; select 1", "none": None, "uuid": uuid.uuid4(),
+              "at": datetime(2031, 3, 3, 12, 0, 0, 123456, tzinfo=timezone.utc), "span": timedelta(seconds=90),
+              "doc": Jsonb({"a": ["b", 1, None], "q": "'"}), "n": 7}
+    session = Session(world.admin_dsn())
+    with session.transaction() as s:
+        # A prepared statement's parameter types come from the statement, as in the reference's queries.
+        [row], = s.batch(("select %(text)s::text as text, %(none)s::text as none, %(uuid)s::uuid as uuid, "
+                          "%(at)s::timestamptz as at, %(span)s::interval as span, %(doc)s::jsonb as doc, "
+                          "%(n)s::int %% 4 as rest, %(n)s::int + %(n)s::int as twice", values))
+    assert row == {"text": values["text"], "none": None, "uuid": values["uuid"], "at": values["at"],
+                   "span": values["span"], "doc": {"a": ["b", 1, None], "q": "'"}, "rest": 3, "twice": 14}
+    session.close()
