@@ -64,6 +64,10 @@ class ScheduleClient:
     def _view(self, s: Session, row: dict) -> ScheduleView:
         gen = s.one(query("schedule", "get_generation"),
                     {"schedule_id": row["schedule_id"], "generation": row["active_generation"]})
+        return self._view_of(row, gen)
+
+    @staticmethod
+    def _view_of(row: dict, gen: dict) -> ScheduleView:
         return ScheduleView(row["schedule_id"], row["lifecycle_state"], row["suspension_reason"], row["revision"],
                             row["active_generation"], row["cursor_utc"], Generation.from_row(gen))
 
@@ -79,11 +83,21 @@ class ScheduleClient:
 
     # -- commands ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _command_reads(command_id: uuid.UUID) -> tuple[tuple[str, dict], ...]:
+        """What a command reads first, with BEGIN: the acceptance time and an earlier use of its command ID."""
+        return (query("schedule", "accepted_at"), {}), (query("schedule", "find_command"), {"command_id": command_id})
+
     def _begin_command(self, s: Session, command_id: uuid.UUID, kind: str,
                        schedule_id: uuid.UUID) -> tuple[datetime, dict | None, problems.Problem | None]:
-        """Capture accepted_at_utc; a repeated command ID returns the schedule as it stands (idempotent retry)."""
-        accepted_at = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
-        seen = s.one(query("schedule", "find_command"), {"command_id": command_id})
+        """Capture accepted_at_utc; a repeated command ID returns the schedule as it stands (idempotent retry).
+        Reads the rows of `_command_reads` when the transaction began with them, else reads them now."""
+        if s.read_rows:
+            (accepted,), found = s.read_rows[:2]
+            accepted_at, seen = accepted["accepted_at_utc"], (found[0] if found else None)
+        else:
+            accepted_at = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
+            seen = s.one(query("schedule", "find_command"), {"command_id": command_id})
         if seen is not None:
             if (seen["command_kind"], seen["schedule_id"]) != (kind, schedule_id):
                 return accepted_at, seen, problems.command_conflict(command_id)
@@ -113,7 +127,7 @@ class ScheduleClient:
     @staticmethod
     def _record_command(s: Session, command_id: uuid.UUID, schedule_id: uuid.UUID, kind: str, accepted_at: datetime,
                         generation: int | None, revision: int) -> None:
-        s.execute(query("schedule", "insert_command"),
+        s.defer(query("schedule", "insert_command"),
                   {"command_id": command_id, "schedule_id": schedule_id, "command_kind": kind,
                    "accepted_at_utc": accepted_at, "generation": generation, "revision": revision})
 
@@ -127,31 +141,35 @@ class ScheduleClient:
             return refused
         schedule_id = schedule_id or uuid.uuid4()
         command_id = command_id or uuid.uuid4()
-        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+        # Reads travel with BEGIN; the writes and the view read back go in one more round trip.
+        reads = (*self._command_reads(command_id), (query("schedule", "fences"), {}),
+                 (query("schedule", "get_definition"), {"schedule_id": schedule_id}))
+        with self.session.scoped(self.scope_id, self.runtime_role, reads=reads) as s:
             accepted_at, seen, conflict = self._begin_command(s, command_id, "create", schedule_id)
             if conflict:
                 return conflict
             if seen:
                 return self._current_view(s, schedule_id)
-            fences = self._fences(s)
+            fences, existing = (rows[0] if rows else None for rows in s.read_rows[2:4])
             if fences is None:
                 return problems.scope_not_found(self.scope_id)
-            if s.one(query("schedule", "get_definition"), {"schedule_id": schedule_id}):
+            if existing:
                 return problems.invalid_state(f"schedule {schedule_id} already exists; use update")
             if spec.kind == "at" and spec.at <= accepted_at:
                 return problems.validation({"at": [f"must be after the acceptance time {accepted_at.isoformat()}"]})
-            s.execute(query("schedule", "insert_definition"),
-                      {"schedule_id": schedule_id, "accepted_at_utc": accepted_at, **fences})
             params = _generation_params(schedule_id, 1, spec, accepted_at, command_id)
-            s.execute(query("schedule", "insert_generation"), params)
+            s.defer(query("schedule", "insert_definition"),
+                    {"schedule_id": schedule_id, "accepted_at_utc": accepted_at, **fences})
+            s.defer(query("schedule", "insert_generation"), params)
             self._record_command(s, command_id, schedule_id, "create", accepted_at, 1, 1)
-            dispatch_id = s.one(query("schedule", "insert_dispatch"),
-                                {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})["dispatch_id"]
-            view = self._current_view(s, schedule_id)
-            s.execute(query("schedule", "insert_timing"),
-                      {"dispatch_id": dispatch_id, "due_at_utc": next_after(view.definition.timing, accepted_at)})
+            s.defer(query("schedule", "insert_dispatch"), {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})
+            s.defer(query("schedule", "insert_timing_of_schedule"), {
+                "schedule_id": schedule_id,
+                "due_at_utc": next_after(Generation.from_row({**params, "generation": 1}).timing, accepted_at)})
             self._history(s, schedule_id, "created", 1, {"command_id": str(command_id)})
-            return view
+            row, gen = s.batch((query("schedule", "get_definition"), {"schedule_id": schedule_id}),
+                               (query("schedule", "get_generation"), {"schedule_id": schedule_id, "generation": 1}))
+            return self._view_of(row[0], gen[0])
 
     def update(self, schedule_id: uuid.UUID, spec: ScheduleSpec, *, expected_revision: int,
                command_id: uuid.UUID | None = None) -> Result:
@@ -256,5 +274,5 @@ class ScheduleClient:
 
     @staticmethod
     def _history(s: Session, schedule_id: uuid.UUID, event: str, generation: int | None, detail: dict) -> None:
-        s.execute(query("schedule", "record_history"),
+        s.defer(query("schedule", "record_history"),
                   {"schedule_id": schedule_id, "event": event, "generation": generation, "detail": Jsonb(detail)})

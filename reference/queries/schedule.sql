@@ -98,6 +98,13 @@ returning dispatch_id;
 insert into appsurface_durable.schedule_dispatch_timing (dispatch_id, scope_id, due_at_utc, claimable_at_utc)
 values (%(dispatch_id)s, appsurface_durable.current_scope(), %(due_at_utc)s, %(due_at_utc)s);
 
+-- name: insert_timing_of_schedule
+-- The new schedule's dispatch row gets its timing in the same round trip as the row itself.
+insert into appsurface_durable.schedule_dispatch_timing (dispatch_id, scope_id, due_at_utc, claimable_at_utc)
+select d.dispatch_id, appsurface_durable.current_scope(), %(due_at_utc)s, %(due_at_utc)s
+from appsurface_durable.schedule_dispatch d
+where d.schedule_id = %(schedule_id)s;
+
 -- name: delete_dispatch
 delete from appsurface_durable.schedule_dispatch where schedule_id = %(schedule_id)s;
 
