@@ -103,3 +103,12 @@ def test_a_batch_quotes_every_parameter_as_psycopg_would_bind_it(world):
     assert row == {"text": values["text"], "none": None, "uuid": values["uuid"], "at": values["at"],
                    "span": values["span"], "doc": {"a": ["b", 1, None], "q": "'"}, "rest": 3, "twice": 14}
     session.close()
+
+
+def test_sessions_plan_generically_and_keep_the_dsns_own_options(world):
+    dsn = world.admin_dsn() + " options='-c statement_timeout=4321'"
+    session = Session(dsn)
+    settings = session.one("select current_setting('plan_cache_mode') as mode, "
+                           "current_setting('statement_timeout') as timeout")
+    assert settings == {"mode": "force_generic_plan", "timeout": "4321ms"}
+    session.close()
