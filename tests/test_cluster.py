@@ -287,3 +287,17 @@ def test_a_pool_for_cases_holds_the_history_partitions_of_their_start(fresh_worl
         assert pool.reused == 1 and pool.replaced == 0
     finally:
         pool.close()
+
+
+def test_a_crashed_servers_pid_file_is_not_taken_for_the_new_servers_readiness(fresh_world):
+    cluster = fresh_world.cluster
+    old = cluster.pid
+    assert cluster._says_ready()
+    cluster.crash()
+    stale = (cluster.datadir / "postmaster.pid").read_text().splitlines()
+    assert stale[0].strip() == str(old) and stale[7].strip() == "ready"  # left behind by the crash
+    cluster.pid = old + 1  # a new postmaster that has not written its own file yet
+    assert not cluster._says_ready()
+    cluster.pid = None
+    cluster.start()
+    assert cluster.pid != old and cluster._says_ready()
