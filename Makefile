@@ -3,7 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 REPORT_DIR ?= report
-JOBS ?= 2
+# Worlds side by side; empty: crashproof's default, one per core and one more.
+JOBS ?=
 
 .PHONY: setup test certify mutants bench clean
 
@@ -14,10 +15,10 @@ test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 certify: setup
-	$(VENV)/bin/crashproof certify --jobs $(JOBS) --report-dir $(REPORT_DIR)
+	$(VENV)/bin/crashproof certify $(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
 
 mutants: setup
-	$(VENV)/bin/crashproof mutants --jobs $(JOBS) --report-dir $(REPORT_DIR)
+	$(VENV)/bin/crashproof mutants $(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
 
 bench: setup
 	$(PY) -m bench

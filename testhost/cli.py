@@ -13,14 +13,14 @@ from .workspace import Workspace
 def cmd_certify(args) -> int:
     from pathlib import Path
 
-    from .certify import Options, certify
+    from .certify import Options, certify, default_jobs
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
     if args.docker:
         from .docker_world import require_engine
         require_engine()  # a clear error, before any worker starts, where no engine answers
-    options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=args.jobs,
-                      scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
+    options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir),
+                      jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
                       seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher)
     try:
         code, _ = certify(options)
@@ -32,10 +32,10 @@ def cmd_certify(args) -> int:
 def cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from .certify import Options
+    from .certify import Options, default_jobs
     from .mutation import run_mutants
     try:
-        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs), args.mutant,
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs()), args.mutant,
                               exhaustive=not args.slice_only)
     except ValueError as exc:
         raise TestHostError(str(exc)) from None
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     certify = sub.add_parser("certify", help="certify an implementation against the barrier suite")
     certify.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
     certify.add_argument("--report-dir", default="report", help="where report.json goes (default: report)")
-    certify.add_argument("--jobs", type=int, default=1, help="worlds side by side (default 1)")
+    certify.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
     certify.add_argument("--scenario", help="only scenarios matching this glob")
     certify.add_argument("--barrier", help="only this barrier")
     certify.add_argument("--fault", help="only this fault (kill, disconnect, lost-commit-reply, db-crash, pause)")
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     mutants = sub.add_parser("mutants", help="run the matrix against every mutant of the reference; prints which "
                              "cases caught each one and under which rule, then the mutation score")
     mutants.add_argument("--report-dir", default="report", help="where mutants.json goes (default: report)")
-    mutants.add_argument("--jobs", type=int, default=1, help="worlds side by side (default 1)")
+    mutants.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
     mutants.add_argument("--mutant", help="only mutants matching these comma-separated globs")
     mutants.add_argument("--slice-only", action="store_true", help="run only each mutant's slice (and the reference "
                          "on the same slices), not the rest of the matrix for a mutant the slice misses")
