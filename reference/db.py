@@ -248,8 +248,10 @@ class Session:
             cursor.execute("\n;\n".join(texts))
             results: list[list[dict]] = []
             while True:
-                if cursor.pgresult.status == _ROWS:
-                    names = [column.name for column in cursor.description]
+                result = cursor.pgresult
+                if result.status == _ROWS:
+                    # The names straight from the result: `description` builds a Column object per column.
+                    names = [result.fname(i).decode() for i in range(result.nfields)]
                     results.append([dict(zip(names, row)) for row in cursor.fetchall()])
                 else:
                     results.append([])
