@@ -91,13 +91,9 @@ class ScheduleClient:
     def _begin_command(self, s: Session, command_id: uuid.UUID, kind: str,
                        schedule_id: uuid.UUID) -> tuple[datetime, dict | None, problems.Problem | None]:
         """Capture accepted_at_utc; a repeated command ID returns the schedule as it stands (idempotent retry).
-        Reads the rows of `_command_reads` when the transaction began with them, else reads them now."""
-        if s.read_rows:
-            (accepted,), found = s.read_rows[:2]
-            accepted_at, seen = accepted["accepted_at_utc"], (found[0] if found else None)
-        else:
-            accepted_at = s.one(query("schedule", "accepted_at"))["accepted_at_utc"]
-            seen = s.one(query("schedule", "find_command"), {"command_id": command_id})
+        The transaction began with `_command_reads`."""
+        (accepted,), found = s.read_rows[:2]
+        accepted_at, seen = accepted["accepted_at_utc"], (found[0] if found else None)
         if seen is not None:
             if (seen["command_kind"], seen["schedule_id"]) != (kind, schedule_id):
                 return accepted_at, seen, problems.command_conflict(command_id)
@@ -178,7 +174,8 @@ class ScheduleClient:
         if refused:
             return refused
         command_id = command_id or uuid.uuid4()
-        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+        with self.session.scoped(self.scope_id, self.runtime_role,
+                                 reads=self._command_reads(command_id)) as s:
             accepted_at, dispatch, current, early = self._begin_change(s, command_id, "update", schedule_id,
                                                                         expected_revision)
             if early:
@@ -209,7 +206,8 @@ class ScheduleClient:
                command_id: uuid.UUID | None = None) -> Result:
         """Terminal for this identity: pending occurrences are superseded, the dispatch row goes."""
         command_id = command_id or uuid.uuid4()
-        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+        with self.session.scoped(self.scope_id, self.runtime_role,
+                                 reads=self._command_reads(command_id)) as s:
             accepted_at, dispatch, current, early = self._begin_change(s, command_id, "delete", schedule_id,
                                                                         expected_revision)
             if early:
@@ -226,7 +224,8 @@ class ScheduleClient:
                                command_id: uuid.UUID | None = None) -> Result:
         """Release a stale-runtime-epoch suspension only; rebinds the current scope generation, cursor unchanged."""
         command_id = command_id or uuid.uuid4()
-        with self.session.scoped(self.scope_id, self.runtime_role) as s:
+        with self.session.scoped(self.scope_id, self.runtime_role,
+                                 reads=self._command_reads(command_id)) as s:
             accepted_at, dispatch, current, early = self._begin_change(s, command_id, "release-after-recovery",
                                                                         schedule_id, expected_revision)
             if early:
