@@ -69,6 +69,25 @@ def _prepare_template(world: World, *, upto: int | None, migrations: Path | None
     return name
 
 
+def _grant(world: World, name: str) -> None:
+    """The role recipe on a clone: a clone does not inherit the template's database-level grants
+    (pg_database.datacl), and without them the owner lacks CREATE on the database."""
+    from reference.db import Session
+    from reference.roles import apply_recipe
+
+    recipe = Session(world.admin_dsn(dbname=name))
+    try:
+        apply_recipe(recipe)
+    finally:
+        recipe.close()
+
+
+def _clone(world: World, template: str, name: str) -> None:
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
+    _grant(world, name)
+
+
 def _history_template(world: World, template: str, at: datetime) -> str:
     """A clone of `template` that also holds the history partitions of the month of `at` and the next, made by
     the normative `ensure_schedule_history_partitions()` with the server's clock at `at` for that one call.
@@ -77,17 +96,11 @@ def _history_template(world: World, template: str, at: datetime) -> str:
     every reset drop them again. Made once per world, before its pool hands out a store, so no case's clock
     is moved under it.
     """
-    from reference.db import Session
-    from reference.roles import apply_recipe
-
     name = f"{template}_h{at:%Y%m}"
     with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
         if admin.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
             return name
-        admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
-    recipe = Session(world.admin_dsn(dbname=name))
-    apply_recipe(recipe)
-    recipe.close()
+    _clone(world, template, name)
     offset = world.clock.offset
     world.clock.set_time(at)
     try:
@@ -153,9 +166,6 @@ def new_store(world: World, *, upto: int | None = None, migrations: Path | None 
     """A fresh database cloned from the migrated template (migrations up to `upto`, default all; from the
     directory `migrations` when the implementation ships its own schema), with the history partitions of
     `history_at`'s month and the next when it is given."""
-    from reference.db import Session
-    from reference.roles import apply_recipe
-
     with _lock:
         template = _prepare_template(world, upto=upto, migrations=migrations)
         if history_at is not None:
@@ -163,13 +173,9 @@ def new_store(world: World, *, upto: int | None = None, migrations: Path | None 
         name = f"store_{os.getpid()}_{next(_counter)}"
         with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(template)))
-    # A clone does not inherit the template's database-level grants (pg_database.datacl): without the
-    # recipe the owner lacks CREATE on the database and the migration runner's bootstrap fails there.
     store = Store(world, name)
     try:
-        recipe = Session(world.admin_dsn(dbname=name))
-        apply_recipe(recipe)
-        recipe.close()
+        _grant(world, name)
     except BaseException:
         try:
             store.drop()
@@ -181,16 +187,11 @@ def new_store(world: World, *, upto: int | None = None, migrations: Path | None 
 
 def empty_store(world: World) -> Store:
     """A database with the roles granted and no migration applied."""
-    from reference.db import Session
-    from reference.roles import apply_recipe
-
     with _lock:
         name = f"empty_{os.getpid()}_{next(_counter)}"
         with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    recipe = Session(world.admin_dsn(dbname=name))
-    apply_recipe(recipe)
-    recipe.close()
+    _grant(world, name)
     return Store(world, name)
 
 
