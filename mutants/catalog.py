@@ -120,8 +120,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "retry-releases-slot", RETRY_KEEPS_SLOT,
         "Work in retry no longer occupies the QueueOne slot.",
         (Edit("queries/schedule.sql",
-              "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled')",
-              "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled', 'retrying')"),),
+              "          not in ('succeeded', 'failed', 'canceled')\n) as busy;",
+              "          not in ('succeeded', 'failed', 'canceled', 'retrying')\n) as busy;"),),
         slice=("held-slot",)),
     Mutant(
         "superseded-materialized", SUPERSEDE,

@@ -572,3 +572,26 @@ def test_nothing_is_materialized_until_a_caller_runs_a_pass(store, client, world
     world.clock.shift(timedelta(seconds=30))
     _time.sleep(1.0)
     assert rows(store, "schedule_occurrences") == [] and works(store) == []
+
+
+def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(store):
+    """A processor plans each statement once per session, often before any occurrence exists. The slot
+    query's plan must then still find the schedule's own occurrences by key and each one's Work by key: a
+    join planned on empty tables read every occurrence and Work of the scope on every call."""
+    import psycopg
+    from reference.db import GENERIC_PLANS, _server_form
+    from reference.sql import query
+
+    store.create_scope("tenant-plan")
+    text, names = _server_form(query("schedule", "slot_busy"))
+    with psycopg.connect(store.runtime_dsn, autocommit=True, options=GENERIC_PLANS) as conn:
+        conn.execute("begin")
+        conn.execute("select set_config('appsurface_durable.scope_id', 'tenant-plan', true)")
+        conn.execute(f"prepare slot_busy as {text}")
+        plan = "\n".join(r[0] for r in conn.execute(
+            f"explain (costs off) execute slot_busy({', '.join(['null'] * len(names))})").fetchall())
+        conn.execute("rollback")
+    lines = plan.splitlines()
+    at = next(i for i, line in enumerate(lines) if "on schedule_occurrences o" in line)
+    assert "Index Scan" in lines[at] and "schedule_id = $1" in lines[at + 1], plan
+    assert "Index Cond: ((scope_id = o.scope_id) AND (work_id = o.work_id))" in plan, plan

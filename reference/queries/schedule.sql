@@ -137,11 +137,15 @@ select * from appsurface_durable.claim_schedule_dispatch(%(lease_owner)s, %(leas
 
 -- name: slot_busy
 -- QueueOne: a materialized occurrence of any generation whose Work is not terminal occupies the slot.
+-- Each occurrence's Work is looked up by its key (a subquery, never a join): a processor's session plans
+-- this once, often while the tables are still empty, and a join planned then read the whole scope's
+-- occurrences and Work on every call.
 select exists (
     select 1 from appsurface_durable.schedule_occurrences o
-    join appsurface_durable.work_items w on w.scope_id = o.scope_id and w.work_id = o.work_id
     where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s
-      and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled')
+      and o.state = 'materialized'
+      and (select w.state from appsurface_durable.work_items w where w.scope_id = o.scope_id and w.work_id = o.work_id)
+          not in ('succeeded', 'failed', 'canceled')
 ) as busy;
 
 -- name: pending_occurrences
