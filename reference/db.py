@@ -143,6 +143,7 @@ class Session:
         self._watchdog = _Watchdog(self.conn)
         self._adapters = Transformer.from_context(self.conn)  # the connection's dumpers and loaders
         self._encoding = self.conn.info.encoding
+        self._columns: dict[str, list[str]] = {}  # "execute reference_N" -> its result's column names
         self._prepared: dict[str, _Prepared] = {}
         self._statements = 0
         self._deferred: list[tuple[str, Any]] = []
@@ -201,7 +202,7 @@ class Session:
             self._deferred.clear()
             self._rollback_quietly()
             raise
-        self.execute("commit", committing=True)
+        self._round_trip("commit", committing=True)
 
     def defer(self, sql: str, params: Any = None) -> None:
         """Queue a write whose result nobody reads; it is sent with the next batch, flush or commit."""
@@ -243,14 +244,18 @@ class Session:
             slots.append(len(texts))
             texts.append(sql)
         # Each statement ends on a line of its own, so a query whose last line is a comment keeps its ';'.
-        results = self._round_trip("\n;\n".join(texts))
+        results = self._round_trip("\n;\n".join(texts), texts)
         self._prepared.update(new)
         results = [results[slot] for slot in slots]
         return results[len(queued):]
 
-    def _round_trip(self, text: str) -> list[list[dict]]:
+    def _round_trip(self, text: str, statements: list[str] | None = None, *,
+                    committing: bool = False) -> list[list[dict]]:
         """One simple-query message and the rows of each statement in it, through psycopg's own protocol
-        generator: a cursor's per-statement bookkeeping was a third of a processor's Python CPU."""
+        generator: a cursor's per-statement bookkeeping was a third of a processor's Python CPU.
+
+        `statements` are the message's statements one by one: the column names of an EXECUTE are kept per
+        prepared statement (its result columns cannot change while it exists)."""
         pgconn = self.conn.pgconn
         self._watchdog.arm(self.deadline)
         try:
@@ -258,18 +263,23 @@ class Session:
                 pgconn.send_query(text.encode(self._encoding))
                 results = self.conn.wait(generators.execute(pgconn))
         except psycopg.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, during_commit=committing) from exc
         finally:
             self._watchdog.disarm()
         rows: list[list[dict]] = []
-        for result in results:
+        for index, result in enumerate(results):
             if result.status == _FAILED:
                 error = psycopg.errors.error_from_result(result, encoding=self._encoding)
-                raise translate(error) from error
+                raise translate(error, during_commit=committing) from error
             if result.status != _ROWS:
                 rows.append([])
                 continue
-            names = [result.fname(i).decode(self._encoding) for i in range(result.nfields)]
+            statement = statements[index] if statements and statements[index].startswith("execute ") else None
+            names = self._columns.get(statement.split("(", 1)[0]) if statement else None
+            if names is None:
+                names = [result.fname(i).decode(self._encoding) for i in range(result.nfields)]
+                if statement:
+                    self._columns[statement.split("(", 1)[0]] = names
             self._adapters.set_pgresult(result)
             rows.append(self._adapters.load_rows(0, result.ntuples, lambda values: dict(zip(names, values))))
         return rows
