@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import psycopg
+from psycopg import generators
 from psycopg.adapt import Transformer
 from psycopg.conninfo import conninfo_to_dict
-from psycopg import generators
 from psycopg.rows import dict_row
 
 from .errors import BridgeRoleError, DurableError, translate
@@ -143,7 +143,7 @@ class Session:
         self._watchdog = _Watchdog(self.conn)
         self._adapters = Transformer.from_context(self.conn)  # the connection's dumpers and loaders
         self._encoding = self.conn.info.encoding
-        self._columns: dict[str, list[str]] = {}  # "execute reference_N" -> its result's column names
+        self._columns: dict[str, list[str]] = {}  # a prepared statement's name -> its result's column names
         self._prepared: dict[str, _Prepared] = {}
         self._statements = 0
         self._deferred: list[tuple[str, Any]] = []
@@ -226,10 +226,12 @@ class Session:
         if not sent:
             return []
         texts: list[str] = []
+        executes: list[str | None] = []  # per statement of the message: the prepared statement it runs
         slots: list[int] = []
         new: dict[str, _Prepared] = {}
         literal = self._literal
         for sql, params in sent:
+            prepared = None
             if sql not in _CONTROL and params is not None:
                 prepared = self._prepared.get(sql) or new.get(sql)
                 if prepared is None:
@@ -239,23 +241,25 @@ class Session:
                     server_sql, names = _server_form(sql)
                     prepared = new[sql] = _Prepared(f"reference_{self._statements}", names)
                     texts.append(f"prepare {prepared.name} as {server_sql}")
+                    executes.append(None)
                 sql = (f"execute {prepared.name}({', '.join([literal(params[name]) for name in prepared.params])})"
                        if prepared.params else f"execute {prepared.name}")
             slots.append(len(texts))
             texts.append(sql)
+            executes.append(prepared.name if prepared else None)
         # Each statement ends on a line of its own, so a query whose last line is a comment keeps its ';'.
-        results = self._round_trip("\n;\n".join(texts), texts)
+        results = self._round_trip("\n;\n".join(texts), executes)
         self._prepared.update(new)
         results = [results[slot] for slot in slots]
         return results[len(queued):]
 
-    def _round_trip(self, text: str, statements: list[str] | None = None, *,
+    def _round_trip(self, text: str, executes: list[str | None] | None = None, *,
                     committing: bool = False) -> list[list[dict]]:
         """One simple-query message and the rows of each statement in it, through psycopg's own protocol
         generator: a cursor's per-statement bookkeeping was a third of a processor's Python CPU.
 
-        `statements` are the message's statements one by one: the column names of an EXECUTE are kept per
-        prepared statement (its result columns cannot change while it exists)."""
+        `executes` names, per statement, the prepared statement it runs (or None): a prepared statement's
+        column names are decoded once, since its result columns cannot change while it exists."""
         pgconn = self.conn.pgconn
         self._watchdog.arm(self.deadline)
         try:
@@ -274,12 +278,12 @@ class Session:
             if result.status != _ROWS:
                 rows.append([])
                 continue
-            statement = statements[index] if statements and statements[index].startswith("execute ") else None
-            names = self._columns.get(statement.split("(", 1)[0]) if statement else None
+            prepared = executes[index] if executes else None
+            names = self._columns.get(prepared) if prepared else None
             if names is None:
                 names = [result.fname(i).decode(self._encoding) for i in range(result.nfields)]
-                if statement:
-                    self._columns[statement.split("(", 1)[0]] = names
+                if prepared:
+                    self._columns[prepared] = names
             self._adapters.set_pgresult(result)
             rows.append(self._adapters.load_rows(0, result.ntuples, lambda values: dict(zip(names, values))))
         return rows
