@@ -158,7 +158,8 @@ class ScheduleClient:
                     {"schedule_id": schedule_id, "accepted_at_utc": accepted_at, **fences})
             s.defer(query("schedule", "insert_generation"), params)
             self._record_command(s, command_id, schedule_id, "create", accepted_at, 1, 1)
-            s.defer(query("schedule", "insert_dispatch"), {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})
+            s.defer(query("schedule", "insert_dispatch"),
+                    {"schedule_id": schedule_id, "routing_id": fences["routing_id"]})
             s.defer(query("schedule", "insert_timing_of_schedule"), {
                 "schedule_id": schedule_id,
                 "due_at_utc": next_after(Generation.from_row({**params, "generation": 1}).timing, accepted_at)})

@@ -20,7 +20,8 @@ def cmd_certify(args) -> int:
         from .docker_world import require_engine
         require_engine()  # a clear error, before any worker starts, where no engine answers
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir),
-                      jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier, fault=args.fault, repeat=args.repeat,
+                      jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier,
+                      fault=args.fault, repeat=args.repeat,
                       seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher)
     try:
         code, _ = certify(options)

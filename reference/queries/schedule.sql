@@ -94,10 +94,6 @@ insert into appsurface_durable.schedule_dispatch (schedule_id, scope_routing_id)
 values (%(schedule_id)s, %(routing_id)s)
 returning dispatch_id;
 
--- name: insert_timing
-insert into appsurface_durable.schedule_dispatch_timing (dispatch_id, scope_id, due_at_utc, claimable_at_utc)
-values (%(dispatch_id)s, appsurface_durable.current_scope(), %(due_at_utc)s, %(due_at_utc)s);
-
 -- name: insert_timing_of_schedule
 -- The new schedule's dispatch row gets its timing in the same round trip as the row itself.
 insert into appsurface_durable.schedule_dispatch_timing (dispatch_id, scope_id, due_at_utc, claimable_at_utc)
