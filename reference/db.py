@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import psycopg
 from psycopg import generators
-from psycopg.adapt import Transformer
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
@@ -23,15 +23,18 @@ SCOPE_SETTING = "appsurface_durable.scope_id"
 _CONTROL = ("begin", "commit", "rollback")
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
 _FAILED = psycopg.pq.ExecStatus.FATAL_ERROR
+_TEXT = PyFormat.TEXT
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 
 
 @dataclass(frozen=True)
 class _Prepared:
-    """A statement prepared on one session: its server-side name and its parameters in $n order."""
+    """A statement prepared on one session: its server-side name, its parameters in $n order, and their
+    formats (all text: the server reads each with the input function of the type it inferred)."""
 
-    name: str
+    name: bytes
     params: tuple[str, ...]
+    formats: list[PyFormat]
 
 
 def _server_form(sql: str) -> tuple[str, tuple[str, ...]]:
@@ -68,6 +71,30 @@ def _with_generic_plans(dsn: str) -> str:
     """The DSN's own `options` (or PGOPTIONS'), then the reference's plan cache mode."""
     given = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
     return f"{given} {GENERIC_PLANS}".strip()
+
+
+def _pipeline(pgconn, commands: list[tuple[Any, tuple]]):
+    """Send `commands` as one pipeline closed by a Sync, and return each command's results (one result each:
+    the first failure, then PIPELINE_ABORTED for the rest). A psycopg generator, driven by `Connection.wait`.
+
+    Between commands and Sync the server runs one implicit transaction, or goes on with the explicit one a
+    BEGIN opened, as a multi-statement simple query would."""
+    pgconn.enter_pipeline_mode()
+    try:
+        for send, args in commands:
+            send(*args)
+        pgconn.pipeline_sync()
+        yield from generators.send(pgconn)
+        results = []
+        for _ in commands:
+            results.append((yield from generators.fetch_many(pgconn)))
+        yield from generators.fetch_many(pgconn)  # the Sync's own result
+    except BaseException:
+        # The connection is in an unknown place of the exchange: nothing more can be read from it in order.
+        pgconn.finish()
+        raise
+    pgconn.exit_pipeline_mode()
+    return results
 
 
 class _Watchdog:
@@ -202,7 +229,7 @@ class Session:
             self._deferred.clear()
             self._rollback_quietly()
             raise
-        self._round_trip("commit", committing=True)
+        self._commit()
 
     def defer(self, sql: str, params: Any = None) -> None:
         """Queue a write whose result nobody reads; it is sent with the next batch, flush or commit."""
@@ -216,69 +243,71 @@ class Session:
     def batch(self, *statements: tuple[str, Any]) -> list[list[dict]]:
         """The deferred writes, then `statements`, in one round trip; the rows each statement returned.
 
-        The simple query protocol carries several statements at once but plans each one again, so every
-        statement is prepared on the server once per session (PREPARE, in the same round trip the first time)
-        and then run with EXECUTE, its parameters quoted here as literals by psycopg's own dumpers.
-        A failing statement aborts the rest.
+        The statements travel as one pipeline of the extended query protocol, closed by one Sync. Every
+        statement with parameters is prepared on the server once per session (its Parse rides in the same
+        pipeline the first time) and then only bound and executed, its parameters sent as text by psycopg's
+        own dumpers. A failing statement aborts the rest.
         """
         queued, self._deferred = self._deferred, []
         sent = [*queued, *statements]
         if not sent:
             return []
-        texts: list[str] = []
-        executes: list[str | None] = []  # per statement of the message: the prepared statement it runs
+        pgconn = self.conn.pgconn
+        commands: list[tuple[Any, tuple]] = []
+        executes: list[bytes | None] = []  # per command: the prepared statement it runs (or None)
         slots: list[int] = []
         new: dict[str, _Prepared] = {}
-        literal = self._literal
+        dump = self._adapters.dump_sequence
         for sql, params in sent:
-            prepared = None
-            if sql not in _CONTROL and params is not None:
-                prepared = self._prepared.get(sql) or new.get(sql)
-                if prepared is None:
-                    # A fresh name each time: PREPARE is not transactional, so one sent in a batch that failed
-                    # may exist unrecorded; it is never reused.
-                    self._statements += 1
-                    server_sql, names = _server_form(sql)
-                    prepared = new[sql] = _Prepared(f"reference_{self._statements}", names)
-                    texts.append(f"prepare {prepared.name} as {server_sql}")
-                    executes.append(None)
-                sql = (f"execute {prepared.name}({', '.join([literal(params[name]) for name in prepared.params])})"
-                       if prepared.params else f"execute {prepared.name}")
-            slots.append(len(texts))
-            texts.append(sql)
-            executes.append(prepared.name if prepared else None)
-        # Each statement ends on a line of its own, so a query whose last line is a comment keeps its ';'.
-        results = self._round_trip("\n;\n".join(texts), executes)
+            if sql in _CONTROL or params is None:
+                slots.append(len(commands))
+                commands.append((pgconn.send_query_params, (sql.encode(self._encoding), None)))
+                executes.append(None)
+                continue
+            prepared = self._prepared.get(sql) or new.get(sql)
+            if prepared is None:
+                # A fresh name each time: a statement prepared in a pipeline that failed later may exist
+                # unrecorded; it is never reused.
+                self._statements += 1
+                server_sql, names = _server_form(sql)
+                prepared = new[sql] = _Prepared(f"reference_{self._statements}".encode(), names,
+                                                [_TEXT] * len(names))
+                commands.append((pgconn.send_prepare, (prepared.name, server_sql.encode(self._encoding))))
+                executes.append(None)
+            values = dump([params[name] for name in prepared.params], prepared.formats) if prepared.params else None
+            slots.append(len(commands))
+            commands.append((pgconn.send_query_prepared, (prepared.name, values)))
+            executes.append(prepared.name)
+        results = self._round_trip(commands, executes)
         self._prepared.update(new)
         results = [results[slot] for slot in slots]
         return results[len(queued):]
 
-    def _round_trip(self, text: str, executes: list[str | None] | None = None, *,
+    def _round_trip(self, commands: list[tuple[Any, tuple]], executes: list[bytes | None], *,
                     committing: bool = False) -> list[list[dict]]:
-        """One simple-query message and the rows of each statement in it, through psycopg's own protocol
-        generator: a cursor's per-statement bookkeeping was a third of a processor's Python CPU.
+        """One pipeline and the rows of each command in it, through psycopg's own protocol generators: a
+        cursor's per-statement bookkeeping was a third of a processor's Python CPU.
 
-        `executes` names, per statement, the prepared statement it runs (or None): a prepared statement's
+        `executes` names, per command, the prepared statement it runs (or None): a prepared statement's
         column names are decoded once, since its result columns cannot change while it exists."""
-        pgconn = self.conn.pgconn
         self._watchdog.arm(self.deadline)
         try:
             with self.conn.lock:
-                pgconn.send_query(text.encode(self._encoding))
-                results = self.conn.wait(generators.execute(pgconn))
+                results = self.conn.wait(_pipeline(self.conn.pgconn, commands))
         except psycopg.Error as exc:
             raise translate(exc, during_commit=committing) from exc
         finally:
             self._watchdog.disarm()
         rows: list[list[dict]] = []
-        for index, result in enumerate(results):
-            if result.status == _FAILED:
+        for index, (result,) in enumerate(results):
+            status = result.status
+            if status == _FAILED:
                 error = psycopg.errors.error_from_result(result, encoding=self._encoding)
                 raise translate(error, during_commit=committing) from error
-            if result.status != _ROWS:
+            if status != _ROWS:
                 rows.append([])
                 continue
-            prepared = executes[index] if executes else None
+            prepared = executes[index]
             names = self._columns.get(prepared) if prepared else None
             if names is None:
                 names = [result.fname(i).decode(self._encoding) for i in range(result.nfields)]
@@ -288,8 +317,9 @@ class Session:
             rows.append(self._adapters.load_rows(0, result.ntuples, lambda values: dict(zip(names, values))))
         return rows
 
-    def _literal(self, value: Any) -> str:
-        return "NULL" if value is None else self._adapters.as_literal(value).decode(self._encoding)
+    def _commit(self) -> None:
+        pgconn = self.conn.pgconn
+        self._round_trip([(pgconn.send_query_params, (b"commit", None))], [None], committing=True)
 
     def _rollback_quietly(self) -> None:
         self._deferred.clear()

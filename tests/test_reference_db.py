@@ -86,7 +86,9 @@ def test_a_batch_sends_its_statements_in_one_round_trip_and_returns_each_ones_ro
     session.close()
 
 
-def test_a_batch_quotes_every_parameter_as_psycopg_would_bind_it(world):
+def test_a_batch_binds_every_parameter_type_the_reference_uses(world):
+    """Parameters travel as text from psycopg's dumpers; the server reads each with the input function of
+    the type it inferred when it prepared the statement."""
     import uuid
     from datetime import datetime, timedelta, timezone
     from psycopg.types.json import Jsonb
