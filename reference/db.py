@@ -221,10 +221,10 @@ class Session:
 
     @contextmanager
     def _open_transaction(self) -> Iterator["Session"]:
-        """The body of a begun transaction: COMMIT after it (deferred writes first), ROLLBACK if it raises."""
+        """The body of a begun transaction, then its deferred writes and COMMIT in one round trip; ROLLBACK if
+        the body raises or a write fails."""
         try:
             yield self
-            self.flush()
         except BaseException:
             self._deferred.clear()
             self._rollback_quietly()
@@ -232,11 +232,11 @@ class Session:
         self._commit()
 
     def defer(self, sql: str, params: Any = None) -> None:
-        """Queue a write whose result nobody reads; it is sent with the next batch, flush or commit."""
+        """Queue a write whose result nobody reads; it is sent with the next batch, flush or COMMIT."""
         self._deferred.append((sql, params))
 
     def flush(self) -> None:
-        """Send the deferred writes now (one round trip), e.g. right before a before-commit barrier."""
+        """Send the deferred writes now (one round trip), for a statement that must see them."""
         if self._deferred:
             self.batch()
 
@@ -249,7 +249,10 @@ class Session:
         own dumpers. A failing statement aborts the rest.
         """
         queued, self._deferred = self._deferred, []
-        sent = [*queued, *statements]
+        return self._send([*queued, *statements])[len(queued):]
+
+    def _send(self, sent: list[tuple[str, Any]], *, committing: bool = False) -> list[list[dict]]:
+        """`sent` as one pipeline; the rows each statement returned."""
         if not sent:
             return []
         pgconn = self.conn.pgconn
@@ -278,10 +281,9 @@ class Session:
             slots.append(len(commands))
             commands.append((pgconn.send_query_prepared, (prepared.name, values)))
             executes.append(prepared.name)
-        results = self._round_trip(commands, executes)
+        results = self._round_trip(commands, executes, committing=committing)
         self._prepared.update(new)
-        results = [results[slot] for slot in slots]
-        return results[len(queued):]
+        return [results[slot] for slot in slots]
 
     def _round_trip(self, commands: list[tuple[Any, tuple]], executes: list[bytes | None], *,
                     committing: bool = False) -> list[list[dict]]:
@@ -318,8 +320,14 @@ class Session:
         return rows
 
     def _commit(self) -> None:
-        pgconn = self.conn.pgconn
-        self._round_trip([(pgconn.send_query_params, (b"commit", None))], [None], committing=True)
+        """The deferred writes and COMMIT in one pipeline: a failing write aborts the COMMIT with it, and the
+        transaction it left open and aborted is rolled back."""
+        queued, self._deferred = self._deferred, []
+        try:
+            self._send([*queued, ("commit", None)], committing=True)
+        except DurableError:
+            self._rollback_quietly()
+            raise
 
     def _rollback_quietly(self) -> None:
         self._deferred.clear()

@@ -7,7 +7,7 @@ may take the free slot, a scoped bridge transaction accepts its Work through the
 writer and writes the link compare-or-return. The last transaction of the pass releases the lease.
 
 Each scoped transaction reads everything with BEGIN (one round trip), decides in Python, and sends its
-writes in one more round trip right before its before-commit barrier (docs/protocol-notes.md, 24e).
+writes together with COMMIT, right after its before-commit barrier (docs/protocol-notes.md, 24e).
 """
 
 from __future__ import annotations
@@ -205,14 +205,12 @@ class ScheduleProcessor:
             if not scope_id:
                 raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
             bridge = self._decide(s, claim, counts)
-            s.flush()
             barriers.hit("schedule-decision-before-commit", **context)
         barriers.hit("schedule-decision-after-commit", **context)
         if not bridge:
             return
         with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:
             self._bridge(s, claim, scope_id, counts, context)
-            s.flush()
             barriers.hit("schedule-bridge-before-commit", **context)
         barriers.hit("schedule-link-after-commit", **context)
 
