@@ -114,3 +114,21 @@ def test_sessions_plan_generically_and_keep_the_dsns_own_options(world):
                            "current_setting('statement_timeout') as timeout")
     assert settings == {"mode": "force_generic_plan", "timeout": "4321ms"}
     session.close()
+
+
+def test_a_deferred_write_that_fails_beside_commit_aborts_the_commit_and_leaves_nothing(world):
+    """Deferred writes travel in the COMMIT's own pipeline: one that fails must abort the COMMIT (a definite
+    failure, not an unknown outcome) and the transaction it left open must be rolled back."""
+    from reference.errors import DurableError
+
+    session = Session(world.admin_dsn())
+    session.execute("create temporary table probe (x int check (x > 0))")
+    with pytest.raises(DurableError) as raised:
+        with session.transaction() as s:
+            s.defer("insert into probe values (%(x)s)", {"x": 1})
+            s.defer("insert into probe values (%(x)s)", {"x": -1})
+    assert not isinstance(raised.value, CommitOutcomeUnknown)
+    assert raised.value.sqlstate == "23514"
+    assert not session.broken and session.conn.info.transaction_status.name == "IDLE"
+    assert session.one("select count(*) as n from probe")["n"] == 0
+    session.close()
