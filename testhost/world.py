@@ -45,8 +45,10 @@ class World:
     """
 
     def __init__(self, name: str = "world", *, workspace: Workspace | None = None, pg_port: int | None = None,
-                 toxiproxy_port: int | None = None, network_optional: bool = False, tie_to_parent: bool = True):
+                 toxiproxy_port: int | None = None, network_optional: bool = False, tie_to_parent: bool = True,
+                 clock_cache_seconds: int = 0):
         self.name = name
+        self.clock_cache_seconds = clock_cache_seconds  # see ServerClock: 0 for the harness, more for benchmarks
         self.workspace = workspace or Workspace()
         self.pg_port = pg_port
         self.toxiproxy_port = toxiproxy_port
@@ -71,9 +73,11 @@ class World:
         self.directory = self.workspace.new_world_dir(self.name)
         try:
             user = self.workspace.user
-            self.clock = ServerClock(self.directory / "clock", owner=(user.uid, user.gid) if user.is_switch else None)
+            self.clock = ServerClock(self.directory / "clock", owner=(user.uid, user.gid) if user.is_switch else None,
+                                     cache_seconds=self.clock_cache_seconds)
             self.cluster = Cluster(self.workspace, install, self.directory, port=self.pg_port,
-                                   environment=ServerClock.environment(libfaketime, self.clock.path),
+                                   environment=ServerClock.environment(libfaketime, self.clock.path,
+                                                                       self.clock_cache_seconds),
                                    tie_to_parent=self.tie_to_parent)
             self.cluster.create().start()
             self._start_network(f"127.0.0.1:{self.cluster.port}")

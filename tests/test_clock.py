@@ -82,3 +82,32 @@ def test_no_clock_refuses_every_move_with_its_reason():
                  lambda: clock.set_offset(timedelta(1)), clock.reset):
         with pytest.raises(ClockUnavailable, match="external server"):
             move()
+
+
+def test_a_cached_clock_still_moves_every_connection_and_the_server_runs_with_the_cache():
+    """The benchmarks' clock (libfaketime caching its reading for a second): a move returns only once every
+    process has read it, so an existing session and a new one both see it; the server runs with the cache,
+    not with a read of the file at every clock call."""
+    from testhost.world import World
+
+    with World("cached-clock", clock_cache_seconds=1) as world:
+        with open(f"/proc/{world.cluster.pid}/environ", "rb") as environ:
+            settings = dict(item.split(b"=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+        assert settings.get(b"FAKETIME_CACHE_DURATION") == b"1" and b"FAKETIME_NO_CACHE" not in settings
+        opened_before = psycopg.connect(world.admin_dsn(), autocommit=True)
+        try:
+            _server_times(opened_before)  # the session's process has read the file now
+            world.clock.shift(timedelta(days=2))
+            expected = datetime.now(timezone.utc) + timedelta(days=2)
+            with psycopg.connect(world.admin_dsn(), autocommit=True) as opened_after:
+                for conn in (opened_before, opened_after):
+                    _assert_near(_server_times(conn)[0], expected)
+        finally:
+            opened_before.close()
+
+
+def test_a_negative_clock_cache_is_refused(tmp_path):
+    from testhost.clock import ServerClock
+
+    with pytest.raises(ValueError, match="cache_seconds"):
+        ServerClock(tmp_path / "clock", cache_seconds=-1)
