@@ -357,21 +357,22 @@ class ScheduleProcessor:
         counts.materialized += 1
 
     def _link(self, s: Session, identity: OccurrenceIdentity, work) -> None:
-        """Compare-or-return: write the exact accepted identity where no link exists, then demand that the stored
-        tuple matches exactly (one round trip, with any deferred writes)."""
+        """Compare-or-return: write the exact accepted identity where no link exists (one round trip, with any
+        deferred writes); where one exists, demand that the stored tuple matches exactly."""
         key = {"schedule_id": identity.schedule_id, "generation": identity.generation,
                "occurrence_kind": identity.kind, "first_nominal_utc": identity.first_nominal_utc}
         link = {"work_id": work.work_id, "work_idempotency_key": work.idempotency_key,
                 "work_command": work.command, "work_activity": work.activity}
-        _, stored = s.batch((query("schedule", "link_occurrence"), {**key, **link}),
-                            (query("schedule", "stored_link"), key))
+        [written] = s.batch((query("schedule", "link_occurrence"), {**key, **link}))
+        if written:
+            return  # the row now holds exactly `link`
+        [stored] = s.batch((query("schedule", "stored_link"), key))
         if not stored or stored[0] != link:
             raise IdempotencyConflict(f"occurrence {identity.canonical} is linked to {stored[0] if stored else None}, "
                                       f"not {link}")
 
     def _release(self, s: Session, dispatch: dict, due_at: datetime | None) -> None:
-        s.defer(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"]})
-        s.defer(query("schedule", "release_timing"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
+        s.defer(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
 
     @staticmethod
     def _history(s: Session, definition: dict, event: str, detail: dict) -> None:

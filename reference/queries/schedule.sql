@@ -119,11 +119,12 @@ update appsurface_durable.schedule_dispatch_timing
  where dispatch_id = %(dispatch_id)s;
 
 -- name: release_lease
-update appsurface_durable.schedule_dispatch
-   set lease_state = 'ready', dispatch_revision = dispatch_revision + 1
- where dispatch_id = %(dispatch_id)s;
-
--- name: release_timing
+-- The lease ends on the dispatch row (a new revision) and on its timing (due again at due_at_utc, or never).
+with released as (
+    update appsurface_durable.schedule_dispatch
+       set lease_state = 'ready', dispatch_revision = dispatch_revision + 1
+     where dispatch_id = %(dispatch_id)s
+)
 update appsurface_durable.schedule_dispatch_timing
    set due_at_utc = %(due_at_utc)s, claimable_at_utc = %(due_at_utc)s, lease_owner = null, lease_expires_at_utc = null
  where dispatch_id = %(dispatch_id)s;
