@@ -325,8 +325,8 @@ class Session:
         queued, self._deferred = self._deferred, []
         try:
             self._send([*queued, ("commit", None)], committing=True)
-        except DurableError:
-            self._rollback_quietly()
+        except BaseException:
+            self._rollback_quietly()  # nothing to do on a lost connection; else the transaction is still open
             raise
 
     def _rollback_quietly(self) -> None:

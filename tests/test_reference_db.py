@@ -132,3 +132,17 @@ def test_a_deferred_write_that_fails_beside_commit_aborts_the_commit_and_leaves_
     assert not session.broken and session.conn.info.transaction_status.name == "IDLE"
     assert session.one("select count(*) as n from probe")["n"] == 0
     session.close()
+
+
+def test_a_deferred_write_whose_parameter_cannot_be_sent_leaves_no_open_transaction(world):
+    """A parameter psycopg cannot adapt fails before the COMMIT's pipeline is sent: the session must still
+    roll back, not stay inside the transaction."""
+    session = Session(world.admin_dsn())
+    session.execute("create temporary table probe (x int)")
+    with pytest.raises(psycopg.ProgrammingError):
+        with session.transaction() as s:
+            s.defer("insert into probe values (%(x)s)", {"x": 1})
+            s.defer("insert into probe values (%(x)s)", {"x": object()})
+    assert session.conn.info.transaction_status.name == "IDLE"
+    assert session.one("select count(*) as n from probe")["n"] == 0
+    session.close()
