@@ -170,7 +170,8 @@ class Session:
         self._watchdog = _Watchdog(self.conn)
         self._adapters = Transformer.from_context(self.conn)  # the connection's dumpers and loaders
         self._encoding = self.conn.info.encoding
-        self._columns: dict[str, list[str]] = {}  # a prepared statement's name -> its result's column names
+        # A prepared statement's name -> its result's column names and the loaders of its columns.
+        self._results: dict[bytes, tuple[list[str], Transformer]] = {}
         self._prepared: dict[str, _Prepared] = {}
         self._statements = 0
         self._deferred: list[tuple[str, Any]] = []
@@ -291,7 +292,8 @@ class Session:
         cursor's per-statement bookkeeping was a third of a processor's Python CPU.
 
         `executes` names, per command, the prepared statement it runs (or None): a prepared statement's
-        column names are decoded once, since its result columns cannot change while it exists."""
+        column names and column loaders are set up once, since its result columns cannot change while it
+        exists."""
         self._watchdog.arm(self.deadline)
         try:
             with self.conn.lock:
@@ -310,13 +312,17 @@ class Session:
                 rows.append([])
                 continue
             prepared = executes[index]
-            names = self._columns.get(prepared) if prepared else None
-            if names is None:
+            known = self._results.get(prepared) if prepared else None
+            if known is None:
                 names = [result.fname(i).decode(self._encoding) for i in range(result.nfields)]
+                loaders = Transformer.from_context(self.conn) if prepared else self._adapters
+                loaders.set_pgresult(result)
                 if prepared:
-                    self._columns[prepared] = names
-            self._adapters.set_pgresult(result)
-            rows.append(self._adapters.load_rows(0, result.ntuples, lambda values: dict(zip(names, values))))
+                    self._results[prepared] = (names, loaders)
+            else:
+                names, loaders = known
+                loaders.set_pgresult(result, set_loaders=False)
+            rows.append(loaders.load_rows(0, result.ntuples, lambda values: dict(zip(names, values))))
         return rows
 
     def _commit(self) -> None:
