@@ -146,3 +146,19 @@ def test_a_deferred_write_whose_parameter_cannot_be_sent_leaves_no_open_transact
     assert session.conn.info.transaction_status.name == "IDLE"
     assert session.one("select count(*) as n from probe")["n"] == 0
     session.close()
+
+
+def test_a_statement_whose_parse_an_earlier_failure_skipped_is_prepared_again_on_its_next_use(world):
+    """In a pipeline, everything after a failing statement is skipped, its Parse included: the session must not
+    believe that statement prepared (its next use would bind a statement that does not exist)."""
+    from reference.errors import DurableError
+
+    session = Session(world.admin_dsn())
+    later = ("select %(n)s::int * 2 as doubled", {"n": 21})
+    with pytest.raises(DurableError, match="division by zero"):
+        session.batch(("select 1 / %(zero)s::int as boom", {"zero": 0}), later)
+    assert session.batch(later) == [[{"doubled": 42}]]
+    with pytest.raises(DurableError, match="syntax error"):
+        session.batch(("selec %(n)s::int", {"n": 1}))  # a Parse that fails by itself is not recorded either
+    assert session.batch(later) == [[{"doubled": 42}]]
+    session.close()
