@@ -250,7 +250,7 @@ def _materialize_all(world: World) -> _Run:
         tps=tps, pgbench_busy=pgbench_busy)
 
 
-def _with_slow_commits(world: World, delay_us: int):
+def _with_slow_commits(world: World, delay_us: int) -> _Run:
     """Every WAL flush first waits `delay_us` (commit_delay, with commit_siblings 0 so that it always does):
     the server behaves as on a disk whose flush takes that much longer, as many network volumes do."""
     with _admin(world) as conn:
