@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -37,3 +38,13 @@ def median_of(samples: int, action: Callable[[], None], setup: Callable[[], None
         action()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def backend_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the given processes (server backends) have used so far, from /proc."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the full line)
+    return total / os.sysconf("SC_CLK_TCK")

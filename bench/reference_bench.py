@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue as queue_module
 import re
 import resource
 import subprocess
@@ -17,10 +18,11 @@ from psycopg import sql
 
 from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, ScheduleSpec, Target
 from testhost.components import find_postgres
-from testhost.store import Store, new_store
+from testhost.store import Store, copy_store, new_store
 from testhost.world import World
 
-from .figures import Figure, median_of
+from .figures import Figure, backend_cpu, median_of
+from .replay import record, replay_worker
 
 SCOPE = "bench"
 SCHEDULES = 2_000          # due Every schedules materialized by the two processors
@@ -94,16 +96,6 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def _backend_cpu(pids: list[int]) -> float:
-    """CPU seconds (user + system) the given server backends have used so far, from /proc/<pid>/stat."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the full line)
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def _due_schedule() -> ScheduleSpec:
     return ScheduleSpec(kind="every", every=timedelta(hours=1), target=Target("bench-report", {"n": 1}))
 
@@ -123,7 +115,7 @@ def _processor_worker(runtime_dsn: str, dispatcher_dsn: str, ready, start, resul
                 for session in (processor.runtime, processor.dispatcher)]
     ready.put(True)
     start.wait()
-    began, before, server_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), _backend_cpu(backends)
+    began, before, server_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), backend_cpu(backends)
     totals = {"passes": 0, "claimed": 0, "occurrences": 0, "materialized": 0, "fenced": 0, "aborted": 0}
     errors: list[str] = []
     while True:
@@ -135,43 +127,56 @@ def _processor_worker(runtime_dsn: str, dispatcher_dsn: str, ready, start, resul
         if counts.claimed == 0:
             break
     ended = time.monotonic()
-    after, server_after = resource.getrusage(resource.RUSAGE_SELF), _backend_cpu(backends)
+    after, server_after = resource.getrusage(resource.RUSAGE_SELF), backend_cpu(backends)
     processor.close()
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     results.put({**totals, "began": began, "ended": ended, "cpu": cpu, "server_cpu": server_after - server_before,
                  "errors": errors[:5]})
 
 
-def _pgbench_tps(world: World) -> tuple[float, float]:
-    """pgbench -N, 2 clients, 2 threads, straight to the cluster (no proxy): committed transactions per second,
-    and how busy the machine's cores were meanwhile."""
-    bindir = find_postgres().bindir
-    with _admin(world) as conn:
-        conn.execute("drop database if exists bench_pgbench with (force)")
-        conn.execute("create database bench_pgbench")
-    connect = ["-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
-    try:
-        subprocess.run([str(bindir / "pgbench"), "-i", "-q", *connect, "bench_pgbench"], check=True,
-                       capture_output=True, text=True, timeout=120)
+class _PgBench:
+    """pgbench -N, 2 clients, 2 threads, straight to the cluster (no proxy), in a database of its own made once
+    and dropped on exit; each `run` returns committed transactions per second and how busy the machine's cores
+    were meanwhile."""
+
+    def __init__(self, world: World):
+        self._world = world
+        self._pgbench = str(find_postgres().bindir / "pgbench")
+        self._connect = ["-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
+
+    def __enter__(self) -> "_PgBench":
+        with _admin(self._world) as conn:
+            conn.execute("drop database if exists bench_pgbench with (force)")
+            conn.execute("create database bench_pgbench")
+        try:
+            subprocess.run([self._pgbench, "-i", "-q", *self._connect, "bench_pgbench"], check=True,
+                           capture_output=True, text=True, timeout=120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _admin(self._world) as conn:
+            conn.execute("drop database if exists bench_pgbench with (force)")
+
+    def run(self) -> tuple[float, float]:
         busy_before, total_before = _cpu_jiffies()
-        run = subprocess.run([str(bindir / "pgbench"), "-N", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS),
-                              *connect, "bench_pgbench"], check=True, capture_output=True, text=True,
+        run = subprocess.run([self._pgbench, "-N", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS),
+                              *self._connect, "bench_pgbench"], check=True, capture_output=True, text=True,
                              timeout=PGBENCH_SECONDS + 60)
         busy_after, total_after = _cpu_jiffies()
-    finally:
-        with _admin(world) as conn:
-            conn.execute("drop database if exists bench_pgbench with (force)")
-    match = re.search(r"tps = ([0-9.]+)", run.stdout)
-    if match is None:
-        raise RuntimeError(f"no 'tps = ' in pgbench output:\n{run.stdout}\n{run.stderr}")
-    return float(match.group(1)), (busy_after - busy_before) / max(1, total_after - total_before)
+        match = re.search(r"tps = ([0-9.]+)", run.stdout)
+        if match is None:
+            raise RuntimeError(f"no 'tps = ' in pgbench output:\n{run.stdout}\n{run.stderr}")
+        return float(match.group(1)), (busy_after - busy_before) / max(1, total_after - total_before)
 
 
 # -- (a) throughput ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Run:
-    """One throughput run and the pgbench run after it, on the same server."""
+class _Timed:
+    """One timed run of worker processes over one store: its rate and what each occurrence cost."""
 
     rate: float
     commits_per: float
@@ -179,16 +184,90 @@ class _Run:
     cpu_per: float
     server_cpu_per: float
     busy: float
-    tps: float
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One throughput run, optionally the same round trips replayed without logic right after it, between two
+    pgbench runs on the same server: the ceiling takes their mean, so a machine whose speed drifts during the
+    run moves both sides (the two TPS figures are printed, and show the drift)."""
+
+    processors: _Timed
+    replayed: _Timed | None
+    tps_before: float
+    tps_after: float
     pgbench_busy: float
 
     @property
+    def tps(self) -> float:
+        return (self.tps_before + self.tps_after) / 2
+
+    @property
     def ceiling(self) -> float:
-        return self.tps / self.commits_per
+        return self.tps / self.processors.commits_per
 
 
-def _materialize_all(world: World) -> _Run:
+def _collect(queue, workers: list, timeout: float) -> list:
+    """One message from each worker; fails as soon as a worker has died without sending its own."""
+    deadline, messages = time.monotonic() + timeout, []
+    while len(messages) < len(workers):
+        try:
+            messages.append(queue.get(timeout=0.5))
+        except queue_module.Empty:
+            dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for worker in workers:
+                    worker.kill()
+                raise RuntimeError(f"workers exited with {dead}" if dead else f"workers silent for {timeout} s")
+    return messages
+
+
+def _time_workers(world: World, store: Store, target, args: tuple, done_key: str) -> _Timed:
+    """PROCESSORS worker processes over `store`, started together once all are ready; each reports how many
+    occurrences it handled under `done_key`, its span and CPU. Checks that all SCHEDULES were handled."""
+    context = multiprocessing.get_context("spawn")
+    # Read before the workers connect (their few set-up reads land in the count: ~0.003 per occurrence).
+    commits_before, xid_before = _counters(world, store.dbname)
+    ready, start, results = context.Queue(), context.Event(), context.Queue()
+    workers = [context.Process(target=target, args=(*args, ready, start, results)) for _ in range(PROCESSORS)]
+    for worker in workers:
+        worker.start()
+    _collect(ready, workers, 60)
+    busy_before, total_before = _cpu_jiffies()
+    start.set()
+    reports = _collect(results, workers, 600)
+    busy_after, total_after = _cpu_jiffies()
+    for worker in workers:
+        worker.join(60)
+    commits_after, xid_after = _counters(world, store.dbname)
+    elapsed = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
+    done = sum(r[done_key] for r in reports)
+    if done != SCHEDULES or any(r.get("aborted") or r.get("errors") for r in reports):
+        raise RuntimeError(f"expected {SCHEDULES} materialized occurrences, got {reports}")
+    with store.owner() as conn:
+        due_left = conn.execute("select count(*) as n from appsurface_durable.schedule_dispatch_timing "
+                                "where claimable_at_utc <= transaction_timestamp()").fetchone()["n"]
+        materialized = conn.execute("select count(*) as n from appsurface_durable.schedule_occurrences "
+                                    "where state = 'materialized'").fetchone()["n"]
+    if due_left or materialized != SCHEDULES:
+        raise RuntimeError(f"{due_left} schedules still due and {materialized} occurrences materialized "
+                           f"after the workers finished (expected 0 and {SCHEDULES})")
+    return _Timed(
+        rate=done / elapsed,
+        # The _counters reading before the run is one read-only commit of its own; do not charge it.
+        commits_per=(commits_after - commits_before - 1) / done,
+        writes_per=(xid_after - xid_before) / done,
+        cpu_per=sum(r["cpu"] for r in reports) / done * 1000,
+        server_cpu_per=sum(r["server_cpu"] for r in reports) / done * 1000,
+        busy=(busy_after - busy_before) / max(1, total_after - total_before))
+
+
+def _materialize_all(world: World, *, replay: bool = False) -> _Run:
+    """SCHEDULES due schedules materialized by the processors; with `replay`, their round trips recorded on one
+    copy of the store (untimed, before anything is timed) and replayed on another right after the processors.
+    pgbench runs right before and right after the timed runs."""
     store = new_store(world)
+    copies: list[Store] = []
     try:
         store.create_scope(SCOPE)
         context = multiprocessing.get_context("spawn")
@@ -207,47 +286,25 @@ def _materialize_all(world: World) -> _Run:
         if span >= timedelta(minutes=30):
             raise RuntimeError(f"creating the schedules took {span}: they would not have exactly one due instant")
         world.clock.shift(timedelta(hours=1) + span + timedelta(seconds=5))
-
-        # Read before the processors connect (their few set-up reads land in the count: ~0.003 per occurrence).
-        commits_before, xid_before = _counters(world, store.dbname)
-        ready, start, results = context.Queue(), context.Event(), context.Queue()
-        workers = [context.Process(target=_processor_worker,
-                                   args=(store.runtime_dsn, store.dispatcher_dsn, ready, start, results))
-                   for _ in range(PROCESSORS)]
-        for worker in workers:
-            worker.start()
-        for _ in workers:
-            ready.get(timeout=60)
-        busy_before, total_before = _cpu_jiffies()
-        start.set()
-        reports = [results.get(timeout=600) for _ in workers]
-        busy_after, total_after = _cpu_jiffies()
-        for worker in workers:
-            worker.join(60)
-        commits_after, xid_after = _counters(world, store.dbname)
-
-        elapsed = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
-        materialized = sum(r["materialized"] for r in reports)
-        if materialized != SCHEDULES or any(r["aborted"] or r["errors"] for r in reports):
-            raise RuntimeError(f"expected {SCHEDULES} materialized occurrences, got {reports}")
-        with store.owner() as conn:
-            due_left = conn.execute("select count(*) as n from appsurface_durable.schedule_dispatch_timing "
-                                    "where claimable_at_utc <= transaction_timestamp()").fetchone()["n"]
-        if due_left:
-            raise RuntimeError(f"{due_left} schedules still due after the processors finished")
+        recording = None
+        if replay:
+            copies = [copy_store(store, f"{store.dbname}_{use}") for use in ("recorded", "replayed")]
+            recording = record(copies[0].runtime_dsn, copies[0].dispatcher_dsn, BATCH)
+        with _PgBench(world) as pgbench:
+            tps_before, pgbench_busy = pgbench.run()
+            processors = _time_workers(world, store, _processor_worker, (store.runtime_dsn, store.dispatcher_dsn),
+                                       "materialized")
+            replayed = None
+            if recording is not None:
+                target = copies[1]
+                replayed = _time_workers(world, target, replay_worker,
+                                         (target.runtime_dsn, target.dispatcher_dsn, recording), "replayed")
+            tps_after, _ = pgbench.run()
         world.clock.reset()
     finally:
-        store.drop()
-    tps, pgbench_busy = _pgbench_tps(world)
-    return _Run(
-        rate=materialized / elapsed,
-        # The _counters reading before the run is one read-only commit of its own; do not charge it.
-        commits_per=(commits_after - commits_before - 1) / materialized,
-        writes_per=(xid_after - xid_before) / materialized,
-        cpu_per=sum(r["cpu"] for r in reports) / materialized * 1000,
-        server_cpu_per=sum(r["server_cpu"] for r in reports) / materialized * 1000,
-        busy=(busy_after - busy_before) / max(1, total_after - total_before),
-        tps=tps, pgbench_busy=pgbench_busy)
+        for each in (*copies, store):
+            each.drop()
+    return _Run(processors, replayed, tps_before, tps_after, pgbench_busy)
 
 
 def _with_slow_commits(world: World, delay_us: int) -> _Run:
@@ -270,29 +327,39 @@ def throughput(world: World | None = None) -> list[Figure]:
     if world is None:
         with World("bench", clock_cache_seconds=BENCH_CLOCK_CACHE_S) as own:
             return throughput(own)
-    run = _materialize_all(world)
+    run = _materialize_all(world, replay=True)
     slow = _with_slow_commits(world, SLOW_COMMIT_US)
     cores = os.cpu_count() or 1
+    mine, bare = run.processors, run.replayed
     return [
-        Info("pgbench -N TPS, 2 clients, 2 threads", run.tps, "tps"),
+        Info("pgbench -N TPS, 2 clients, 2 threads (mean)", run.tps, "tps"),
+        Info("  right before the processors", run.tps_before, "tps"),
+        Info("  right after them (and the replay)", run.tps_after, "tps"),
         Info(f"machine CPU busy during pgbench ({cores} cores)", run.pgbench_busy * 100, "%"),
-        Info("commits per occurrence (xact_commit)", run.commits_per, "commit"),
-        Info("  of which write (xids assigned)", run.writes_per, "commit"),
-        Info("processor CPU per occurrence (Python)", run.cpu_per, "ms"),
-        Info("server CPU per occurrence (its backends)", run.server_cpu_per, "ms"),
-        Info(f"CPU-bound limit on {cores} cores", cores * 1000 / (run.cpu_per + run.server_cpu_per), "occ/s"),
-        Info(f"machine CPU busy while processing ({cores} cores)", run.busy * 100, "%"),
-        Figure(f"occurrences/s, {PROCESSORS} processors, {SCHEDULES:,} due", run.rate, "occ/s", ">= 0.75 ceil",
-               run.rate >= 0.75 * run.ceiling, run.ceiling, "ceiling = pgbench TPS / commits per occ"),
-        Info("  the same against the write-commit ceiling", run.rate, "occ/s", run.tps / run.writes_per,
+        Info("commits per occurrence (xact_commit)", mine.commits_per, "commit"),
+        Info("  of which write (xids assigned)", mine.writes_per, "commit"),
+        Info("processor CPU per occurrence (Python)", mine.cpu_per, "ms"),
+        Info("server CPU per occurrence (its backends)", mine.server_cpu_per, "ms"),
+        Info(f"CPU-bound limit on {cores} cores", cores * 1000 / (mine.cpu_per + mine.server_cpu_per), "occ/s"),
+        Info(f"machine CPU busy while processing ({cores} cores)", mine.busy * 100, "%"),
+        Figure(f"occurrences/s, {PROCESSORS} processors, {SCHEDULES:,} due", mine.rate, "occ/s", ">= 0.75 ceil",
+               mine.rate >= 0.75 * run.ceiling, run.ceiling, "ceiling = pgbench TPS / commits per occ"),
+        Info("  the same against the write-commit ceiling", mine.rate, "occ/s", run.tps / mine.writes_per,
              "pgbench TPS / writing commits per occ"),
+        # What the protocol's SQL costs without the processor's client side (bench/replay.py): the same round
+        # trips, replayed on a copy of the same store by two clients that decode nothing and decide nothing.
+        Info("  its round trips replayed without logic", bare.rate, "occ/s", run.ceiling, "the same ceiling"),
+        Info("  replay: client CPU per occurrence", bare.cpu_per, "ms"),
+        Info("  replay: server CPU per occurrence", bare.server_cpu_per, "ms"),
+        Info("  replay: commits per occurrence", bare.commits_per, "commit"),
+        Info(f"  replay: machine CPU busy ({cores} cores)", bare.busy * 100, "%"),
         # The target assumes durable commits bound both runs. Where a flush is fast the processors are bound by
         # CPU instead (pgbench, waiting on its round trips, leaves cores idle), so the same runs follow on a
         # server whose every flush is slower, as on many network volumes: figures with no target of their own.
         Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: pgbench -N TPS", slow.tps, "tps"),
         Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: busy during pgbench", slow.pgbench_busy * 100, "%"),
-        Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: busy while processing", slow.busy * 100, "%"),
-        Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: occurrences/s", slow.rate, "occ/s", slow.ceiling,
+        Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: busy while processing", slow.processors.busy * 100, "%"),
+        Info(f"  flush +{SLOW_COMMIT_US / 1000:g} ms: occurrences/s", slow.processors.rate, "occ/s", slow.ceiling,
              "its own ceiling"),
     ]
 

@@ -185,6 +185,15 @@ def new_store(world: World, *, upto: int | None = None, migrations: Path | None 
     return store
 
 
+def copy_store(store: Store, name: str) -> Store:
+    """A new database `name` holding `store` as it is now; nobody may be connected to `store` meanwhile, so
+    its own kept sessions are closed first (they reconnect on their next use)."""
+    store.admin.close()
+    store.verifier.close()
+    _clone(store.world, store.dbname, name)
+    return Store(store.world, name)
+
+
 def empty_store(world: World) -> Store:
     """A database with the roles granted and no migration applied."""
     with _lock:

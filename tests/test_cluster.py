@@ -301,3 +301,30 @@ def test_a_crashed_servers_pid_file_is_not_taken_for_the_new_servers_readiness(f
     cluster.pid = None
     cluster.start()
     assert cluster.pid != old and cluster._says_ready()
+
+
+def test_a_copied_store_holds_the_rows_and_grants_of_its_original_and_lives_apart(world):
+    """The reference benchmark replays on a copy made while the original's own kept sessions were open."""
+    from reference import ScheduleClient
+    from testhost.store import copy_store, new_store
+
+    original = new_store(world)
+    copy = None
+    try:
+        original.create_scope("tenant-a")
+        with ScheduleClient(original.runtime_dsn, "tenant-a") as client:
+            created = client.create(every(60))
+        with original.verifier() as conn:
+            conn.execute("select 1")  # a kept session open on the original: the copy must close it first
+        copy = copy_store(original, f"{original.dbname}_copy")
+        with ScheduleClient(copy.runtime_dsn, "tenant-a") as client:  # the runtime role's grants came along
+            assert client.get(created.schedule_id).schedule_id == created.schedule_id
+            client.create(every(60))
+        with ScheduleClient(original.runtime_dsn, "tenant-a") as client:
+            assert len(client.list()) == 1
+        with ScheduleClient(copy.runtime_dsn, "tenant-a") as client:
+            assert len(client.list()) == 2
+    finally:
+        for store in (copy, original):
+            if store is not None:
+                store.drop()
