@@ -58,19 +58,21 @@ class _RecordingSession(Session):
 
 
 class _RecordingProcessor(ScheduleProcessor):
+    """The reference's processor, its two sessions recording (reopened when broken, as the processor's own)."""
+
     def __init__(self, runtime_dsn: str, dispatcher_dsn: str, log: list):
         self._log = log
         super().__init__(runtime_dsn, dispatcher_dsn)
 
     @property
     def runtime(self) -> Session:
-        if self._runtime is None:
+        if self._runtime is None or self._runtime.broken:
             self._runtime = _RecordingSession(self.runtime_dsn, self._log, "runtime", deadline=self.deadline)
         return self._runtime
 
     @property
     def dispatcher(self) -> Session:
-        if self._dispatcher is None:
+        if self._dispatcher is None or self._dispatcher.broken:
             self._dispatcher = _RecordingSession(self.dispatcher_dsn, self._log, "dispatcher", deadline=self.deadline)
         return self._dispatcher
 
