@@ -87,6 +87,11 @@ def record(runtime_dsn: str, dispatcher_dsn: str, batch: int) -> Recording:
             pass
     finally:
         processor.close()
+    return segment(log)
+
+
+def segment(log: list) -> Recording:
+    """The recorded round trips, (role, statements, rows) in order, cut at each claim."""
     claim: list[Statement] | None = None
     after_claim: dict[str, list[RoundTrip]] = {}
     current: list[RoundTrip] | None = None
@@ -99,7 +104,7 @@ def record(runtime_dsn: str, dispatcher_dsn: str, batch: int) -> Recording:
         if current is None:
             raise RuntimeError("a runtime round trip came before any claim")
         current.append((role, trip))
-    if claim is None:
+    if claim is None or not after_claim:
         raise RuntimeError("the recorded processor claimed nothing")
     return Recording(claim, after_claim)
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from bench.reference_bench import _collect
-from bench.replay import record, replay_worker
+from bench.reference_bench import _collect, _PgBench
+from bench.replay import _Client, record, replay_worker, segment
 from reference import ScheduleClient
 from testhost.store import copy_store
 
@@ -86,3 +86,65 @@ def test_collecting_from_workers_fails_at_once_when_one_dies():
     with pytest.raises(RuntimeError, match=r"workers exited with \[3\]"):
         _collect(context.Queue(), [worker], timeout=60)
     assert time.monotonic() - began < 20
+
+
+def _wait_forever() -> None:
+    time.sleep(3600)
+
+
+def test_collecting_from_a_worker_that_stays_silent_fails_at_its_timeout():
+    context = multiprocessing.get_context("spawn")
+    worker = context.Process(target=_wait_forever)
+    worker.start()
+    try:
+        with pytest.raises(RuntimeError, match="workers silent for 1 s"):
+            _collect(context.Queue(), [worker], timeout=1)
+        worker.join(10)
+        assert not worker.is_alive()  # the silent worker is killed, not left behind
+    finally:
+        worker.kill()
+
+
+def test_recording_a_store_with_nothing_due_is_refused(store):
+    with pytest.raises(RuntimeError, match="claimed nothing"):
+        record(store.runtime_dsn, store.dispatcher_dsn, batch=64)
+
+
+def test_a_recording_whose_first_runtime_trip_precedes_any_claim_is_refused():
+    with pytest.raises(RuntimeError, match="before any claim"):
+        segment([("runtime", [("begin", None, False)], [[]])])
+
+
+def test_a_replay_client_that_cannot_connect_or_prepare_says_so(store):
+    with pytest.raises(RuntimeError, match="could not connect"):
+        _Client(store.runtime_dsn.replace("appsurface_durable_runtime", "no_such_role"), store.dispatcher_dsn)
+    client = _Client(store.runtime_dsn, store.dispatcher_dsn)
+    try:
+        with pytest.raises(RuntimeError, match="prepare failed"):
+            client.plan("runtime", [("select from no_such_table where x = $1", [b"1"], True)])
+    finally:
+        client.close()
+
+
+def test_pgbench_that_fails_to_initialize_leaves_no_database_behind(world):
+    bench = _PgBench(world)
+    bench._pgbench = "/nonexistent/pgbench"
+    with pytest.raises(FileNotFoundError):
+        bench.__enter__()
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
+        assert conn.execute("select 1 from pg_database where datname = 'bench_pgbench'").fetchone() is None
+
+
+def _claims_work_it_did_not_do(ready, start, results) -> None:
+    from bench.reference_bench import SCHEDULES as ALL
+    ready.put(True)
+    start.wait()
+    now = time.monotonic()
+    results.put({"replayed": ALL // 2, "began": now, "ended": now + 1, "cpu": 0.0, "server_cpu": 0.0})
+
+
+def test_timed_workers_that_report_occurrences_the_store_does_not_hold_fail_the_run(world, store):
+    from bench.reference_bench import _time_workers
+
+    with pytest.raises(RuntimeError, match="occurrences materialized"):
+        _time_workers(world, store, _claims_work_it_did_not_do, (), "replayed")
