@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from .catalog import CATALOG
-from .protocol import ENVIRONMENT, MESSAGES, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, TIMEOUTS
+from .protocol import ENVIRONMENT, MESSAGES, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, SCHEMA_RULES, TIMEOUTS
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
 
@@ -109,6 +109,17 @@ def render() -> str:
             "activity  = \"schedule/<schedule_id>/g<generation>/<kind>\"",
             "command   = the generation's target command",
             "```", ""]
+    out += ["## Certifying your own schema", "",
+            "By default the database holds the reference's migrations. A product that ships its own passes them with "
+            "`crashproof certify --migrations DIR` (numbered files `0001_name.sql`, `0002_name.sql`, ... without gaps; "
+            "only the resulting schema counts, not the file names). The TestHost applies them in order as the "
+            "migration owner, after the role recipe, and builds every case's store from them. Before any case runs, "
+            "a schema stage checks the result; it is the case `schema-stage` of the report, with one check per rule, "
+            "and any finding fails the run (the cases still run and are reported). A directory that is missing or "
+            "empty, or a file the server refuses, ends the run at once with a one-line error naming the file and the "
+            "server's message, and nothing left behind.", "",
+            "| check | rule |", "|---|---|",
+            *[f"| `{r.name}` | {r.rule} |" for r in SCHEMA_RULES], ""]
     return "\n".join(out)
 
 

@@ -11,12 +11,14 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -62,6 +64,16 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
     return {"case": outcome.to_json(), "picture": outcome.picture, "implementation": outcome.implementation}
 
 
+def _worker_schema_stage(migrations: str) -> dict:
+    from .schema_stage import run_schema_stage
+    return run_schema_stage(_world, Path(migrations))
+
+
+def _case_worker(options: "Options"):
+    """The worker running one case, on the implementation's own schema when it ships one."""
+    return partial(_worker_run, migrations=str(options.migrations)) if options.migrations else _worker_run
+
+
 def _worker_environment() -> dict:
     return {**_world.components(), "capabilities_missing": dict(_world.capabilities.missing)}
 
@@ -88,6 +100,7 @@ class Options:
     dsn: str | None = None
     docker: bool = False
     launcher: str = "fork-server"
+    migrations: Path | None = None  # the implementation's own schema; None: the reference's
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -214,7 +227,7 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
     """The fault-free run of every scenario: its verdict, the barriers it reaches, its final picture."""
     progress = Progress(len(scenarios), options.progress, "fault-free")
     results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
-                        str(log_dir), progress)
+                        str(log_dir), progress, _case_worker(options))
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
                             repeat=options.repeat)
@@ -245,10 +258,28 @@ def census(options: Options):
     return plans, skipped
 
 
+def _schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
+    """The schema stage's case when the implementation ships its own migrations (run in one worker's world,
+    before any case). A directory the server refuses ends the run with nothing left behind."""
+    if options.migrations is None:
+        return []
+    from .store import MigrationFailed
+    try:
+        stage = pool.executor.submit(_worker_schema_stage, str(options.migrations)).result()
+    except MigrationFailed:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        raise
+    options.progress(f"schema stage: {stage['verdict']}" + (f" ({stage['reason']})" if stage["reason"] else ""))
+    return [stage]
+
+
 def certify(options: Options) -> tuple[int, dict]:
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios = _validate(options)
+    if options.migrations is not None:
+        from .schema_stage import check_directory
+        check_directory(options.migrations)  # a one-line error before any worker starts
     if options.dsn:
         from .world import ExternalWorld
         ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
@@ -257,9 +288,10 @@ def certify(options: Options) -> tuple[int, dict]:
     try:
         environment = pool.executor.submit(_worker_environment).result()
         environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
+        stage = _schema_stage(options, pool, log_dir)
         census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir)
         if options.command != REFERENCE_COMMAND:
-            reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND})
+            reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "migrations": None})
             _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir)
             for result in census_results:
                 _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
@@ -267,11 +299,11 @@ def certify(options: Options) -> tuple[int, dict]:
         random.Random(options.seed).shuffle(plans)
         faulted_progress = Progress(len(plans), options.progress, "faulted")
         faulted = run_cases(pool, [(p, pictures.get(p.scenario)) for p in plans], options.command,
-                            str(log_dir), faulted_progress)
+                            str(log_dir), faulted_progress, _case_worker(options))
     finally:
         pool.close()
 
-    cases = [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
+    cases = stage + [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
     run_problems = []
     if options.scenario is None and options.barrier is None:
         reached = {name for hits in census_hits.values() for name in hits}
@@ -285,7 +317,8 @@ def certify(options: Options) -> tuple[int, dict]:
         "spawn" if options.launcher == "spawn" or not module_command(shlex.split(options.command)) else "fork-server")
     report = reports.build(
         suite_version=suite_version(scenarios),
-        implementation={"command": options.command, "identity": identity, "launcher": launched, "fallbacks": fallbacks,
+        implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
+                        "identity": identity, "launcher": launched, "fallbacks": fallbacks,
                         "fallback_note": ("set-up steps the implementation does not offer ran through the reference "
                                           "client over the normative schema: " + ", ".join(fallbacks)) if fallbacks
                         else ""},

@@ -22,7 +22,8 @@ def cmd_certify(args) -> int:
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir),
                       jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier,
                       fault=args.fault, repeat=args.repeat,
-                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher)
+                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
+                      migrations=Path(args.migrations) if args.migrations else None)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -107,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     certify = sub.add_parser("certify", help="certify an implementation against the barrier suite")
     certify.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
+    certify.add_argument("--migrations", metavar="DIR", help="the implementation's own schema: numbered .sql "
+                         "migrations applied as the migration owner instead of the reference's; a schema stage "
+                         "checks them before any case runs")
     certify.add_argument("--report-dir", default="report", help="where report.json goes (default: report)")
     certify.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
     certify.add_argument("--scenario", help="only scenarios matching this glob")

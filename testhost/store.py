@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from .errors import TestHostError
 from .sessions import KeptSession, server_incarnation
 from .world import World
 
@@ -34,16 +35,28 @@ def schema_migrations(directory: Path):
     for path in sorted(directory.iterdir()):
         match = MIGRATION_FILE.match(path.name)
         if match:
-            found.append(Migration(int(match.group(1)), path.name, path.read_text()))
-    if [m.version for m in found] != list(range(1, len(found) + 1)) or not found:
-        raise ValueError(f"{directory} must hold migrations numbered 0001.. without gaps")
+            try:
+                found.append(Migration(int(match.group(1)), path.name, path.read_text()))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{path}: cannot be read as UTF-8 text: {exc}") from None
+    if not found:
+        raise ValueError(f"{directory} holds no migration: name them 0001_name.sql, 0002_name.sql, ...")
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise ValueError(f"{directory} must hold migrations numbered 0001.. without gaps, found "
+                         f"{', '.join(m.name for m in found)}")
     return found
+
+
+class MigrationFailed(TestHostError):
+    """A directory of shipped migrations that cannot be used: missing, empty, or holding a file the server
+    refused (the half-made template is dropped)."""
 
 
 def _prepare_template(world: World, *, upto: int | None, migrations: Path | None = None) -> str:
     """Create (once per world and migration set) a database with roles granted and migrations applied.
     Without `migrations` the schema is the reference's (normative) one."""
     from reference.db import Session
+    from reference.errors import DurableError
     from reference.migrations import apply, migrate
     from reference.roles import apply_recipe
 
@@ -60,11 +73,20 @@ def _prepare_template(world: World, *, upto: int | None, migrations: Path | None
     apply_recipe(recipe)
     recipe.close()
     owner = Session(world.admin_dsn(dbname=name, user=OWNER))
-    if shipped is None:
-        migrate(owner, upto)
-    else:
-        for migration in shipped:
-            apply(owner, migration)
+    try:
+        if shipped is None:
+            migrate(owner, upto)
+        for migration in shipped or ():
+            try:
+                apply(owner, migration)
+            except DurableError as exc:
+                raise MigrationFailed(f"migration {migrations / migration.name} failed: "
+                                      f"{' '.join(str(exc).split())}") from None
+    except BaseException:
+        owner.close()
+        with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        raise
     owner.close()
     return name
 

@@ -1,0 +1,416 @@
+"""The schema stage of `certify --migrations DIR`: an implementation's own migrations, applied as the migration
+owner, checked against the normative surface before any case runs; every finding names its rule.
+
+The expectations are data here, written from the spec and the role recipe, not read from any implementation:
+a verdict never depends on the reference's code. The reference client only seeds one due schedule (set-up,
+like every fallback) so the claim function's refusals can be seen changing no row.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+from barriers.protocol import SCHEMA_RULE
+
+from .checks import CheckResult
+from .state import read_state
+from .store import DISPATCHER, OWNER, RUNTIME, MigrationFailed, Store, new_store, schema_migrations
+from .world import CLOCK, World
+
+CASE_ID = "schema-stage"
+SCOPE = "schema-stage"
+
+# Exact table-level privileges per (table, grantee). History partitions carry the parent's. Every other
+# relation (a table of the implementation's own, a sequence, a view) is granted to nobody but its owner.
+TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
+    "schema_migrations": {RUNTIME: {"SELECT"}},
+    "store_runtime": {RUNTIME: {"SELECT"}},
+    "runtime_versions": {RUNTIME: {"SELECT"}},
+    "scopes": {RUNTIME: {"SELECT"}},
+    "work_items": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_commands": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT", "DELETE"}},
+    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+    "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
+}
+QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
+                 "dispatch_revision")
+COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
+    ("schedule_dispatch", DISPATCHER): {(column, "SELECT") for column in QUEUE_COLUMNS},
+    ("schedule_dispatch", RUNTIME): {("lease_state", "UPDATE"), ("dispatch_revision", "UPDATE")},
+}
+# Who may execute which function besides its owner; any other function: nobody.
+FUNCTION_GRANTS: dict[str, set[str]] = {
+    "claim_schedule_dispatch": {DISPATCHER},
+    "current_scope": {RUNTIME},
+    "current_scope_routing_id": {RUNTIME},
+    "scope_for_routing_id": {RUNTIME},
+    "locked_scope_fences": {RUNTIME},
+}
+SCHEMA_GRANTS = {(RUNTIME, "USAGE"), (DISPATCHER, "USAGE")}
+
+SCOPED = {"scopes", "work_items", "schedule_commands", "schedule_definitions", "schedule_generations",
+          "schedule_occurrences", "schedule_dispatch_timing", "schedule_history"}
+_IN_SCOPE = "scope_id = appsurface_durable.current_scope()"
+_IN_ROUTING = "scope_routing_id = appsurface_durable.current_scope_routing_id()"
+# (command, permissive, roles, USING, WITH CHECK) per table; the policy's name is the implementation's.
+SCOPE_POLICIES = [("*", True, (RUNTIME,), _IN_SCOPE, _IN_SCOPE)]
+QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True, (DISPATCHER,), "true", None)]
+
+# The tables and columns the verifier reads (testhost/state.py, checks.py, runner.py), by type family.
+READ_COLUMNS: dict[str, dict[str, str]] = {
+    "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
+                             "suspension_reason": "text", "revision": "integer", "active_generation": "integer",
+                             "cursor_utc": "timestamptz"},
+    "schedule_generations": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
+                             "schedule_kind": "text", "at_utc": "timestamptz", "after_us": "integer",
+                             "every_us": "integer", "anchor_utc": "timestamptz", "safety_window_us": "integer",
+                             "target_command": "text", "accepted_at_utc": "timestamptz"},
+    "schedule_occurrences": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
+                             "occurrence_kind": "text", "first_nominal_utc": "timestamptz",
+                             "last_nominal_utc": "timestamptz", "state": "text", "work_id": "uuid",
+                             "work_idempotency_key": "text", "work_command": "text", "work_activity": "text",
+                             "decided_at_utc": "timestamptz", "materialized_at_utc": "timestamptz"},
+    "work_items": {"scope_id": "text", "work_id": "uuid", "idempotency_key": "text", "command": "text",
+                   "activity": "text", "state": "text", "accepted_at_utc": "timestamptz",
+                   "terminal_at_utc": "timestamptz"},
+    "schedule_dispatch": {"dispatch_id": "integer", "schedule_id": "uuid", "scope_routing_id": "integer",
+                          "lease_state": "text", "lease_generation": "integer", "dispatch_revision": "integer"},
+    "schedule_dispatch_timing": {"dispatch_id": "integer", "due_at_utc": "timestamptz",
+                                 "claimable_at_utc": "timestamptz", "lease_owner": "text",
+                                 "lease_expires_at_utc": "timestamptz"},
+    "schedule_history": {"scope_id": "text", "schedule_id": "uuid", "recorded_at_utc": "timestamptz",
+                         "event": "text", "generation": "integer", "detail": "json"},
+}
+_FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text",
+             "character varying": "text", "uuid": "uuid", "timestamp with time zone": "timestamptz",
+             "jsonb": "json", "json": "json"}
+
+# What the claim function must refuse, changing no row: (what, lease owner, lease duration).
+REFUSALS = [
+    ("a null lease duration", "schema-stage", None),
+    ("a zero lease duration", "schema-stage", "0 seconds"),
+    ("a negative lease duration", "schema-stage", "-30 seconds"),
+    ("a lease of ten minutes and one second", "schema-stage", "10 minutes 1 second"),
+    ("an eleven-minute lease", "schema-stage", "11 minutes"),
+    ("a null lease owner", None, "30 seconds"),
+    ("an empty lease owner", "", "30 seconds"),
+    ("a blank lease owner", " \t ", "30 seconds"),
+    ("a lease owner with a control character", "schema\x01stage", "30 seconds"),
+    ("a lease owner with a newline", "schema\nstage", "30 seconds"),
+]
+VALID_CLAIM = ("schema-stage", "30 seconds")
+# How far ahead the history partitions are made: a month no migration has made yet.
+FUTURE = timedelta(days=400)
+
+
+@cache
+def _queries() -> dict[str, str]:
+    text = resources.files("testhost").joinpath("schema_stage.sql").read_text()
+    parts = re.split(r"^-- name: ([a-z_]+)\s*$", text, flags=re.MULTILINE)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def check_directory(directory: Path) -> None:
+    """A one-line error unless `directory` holds migrations numbered 0001.. without gaps."""
+    if not directory.is_dir():
+        raise MigrationFailed(f"--migrations {directory}: no such directory")
+    try:
+        schema_migrations(directory)
+    except ValueError as exc:
+        raise MigrationFailed(f"--migrations {exc}") from None
+
+
+@dataclass
+class Findings:
+    """Findings per rule, and how many objects each rule examined (a rule over nothing would prove nothing)."""
+
+    by_rule: dict[str, list] = field(default_factory=lambda: {name: [] for name in SCHEMA_RULE})
+    rows: dict[str, int] = field(default_factory=lambda: {name: 0 for name in SCHEMA_RULE})
+
+    def add(self, rule: str, finding: str | dict) -> None:
+        self.by_rule[rule].append(finding)
+
+    def examined(self, rule: str, count: int = 1) -> None:
+        self.rows[rule] += count
+
+    def checks(self) -> list[CheckResult]:
+        return [CheckResult(name, SCHEMA_RULE[name], not found, found, self.rows[name])
+                for name, found in self.by_rule.items()]
+
+
+def _all(conn: psycopg.Connection, name: str, params: dict | None = None) -> list[dict]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_queries()[name], params).fetchall()
+
+
+def _expression(expr: str | None) -> str | None:
+    """pg_get_expr adds parentheses and casts; compare the bare predicate."""
+    if expr is None:
+        return None
+    return " ".join(expr.replace("(", "").replace(")", "").replace("::text", "").split())
+
+
+def _shape(policies: list[tuple]) -> list[tuple]:
+    return sorted((command, permissive, tuple(roles), _expression(using), _expression(check))
+                  for command, permissive, roles, using, check in policies)
+
+
+def _table_key(relation: str, parent: str | None) -> str:
+    return "schedule_history" if parent == "schedule_history" else relation
+
+
+def check_tables(conn: psycopg.Connection, findings: Findings) -> None:
+    columns: dict[str, dict[str, str]] = {}
+    for row in _all(conn, "columns"):
+        columns.setdefault(row["relation"], {})[row["column_name"]] = row["type"]
+    rule = "schema-tables"
+    for table, wanted in READ_COLUMNS.items():
+        findings.examined(rule, len(wanted))
+        if table not in columns:
+            findings.add(rule, f"table appsurface_durable.{table} is missing")
+            continue
+        for column, family in wanted.items():
+            have = columns[table].get(column)
+            if have is None:
+                findings.add(rule, f"column {table}.{column} is missing")
+            elif _FAMILIES.get(have) != family:
+                findings.add(rule, f"column {table}.{column} is {have}; the checks read it as {family}")
+    for column in sorted(set(columns.get("schedule_dispatch", {})) - set(QUEUE_COLUMNS)):
+        findings.add(rule, f"the dispatch queue holds column {column}; it exposes only {', '.join(QUEUE_COLUMNS)}")
+
+
+def check_grants(conn: psycopg.Connection, findings: Findings, relations: list[dict], children: set[str]) -> None:
+    """Exact grants on every relation, column, function and the schema, and the roles' attributes."""
+    rule = "schema-grants"
+    roles = {r["rolname"]: r for r in _all(conn, "roles", {"roles": [OWNER, RUNTIME, DISPATCHER]})}
+    for role in (RUNTIME, DISPATCHER):
+        if role in roles and (roles[role]["rolsuper"] or roles[role]["rolbypassrls"]):
+            findings.add(rule, f"{role} must be neither superuser nor BYPASSRLS")
+    actual: dict[tuple[str, str], set[str]] = {}
+    for row in _all(conn, "relation_grants"):
+        actual.setdefault((row["relation"], row["grantee"]), set()).add(row["privilege"])
+    present = {r["relation"] for r in relations}
+    for table in sorted(set(TABLE_GRANTS) - present):
+        findings.add(rule, f"table appsurface_durable.{table} is missing")
+    for r in relations:
+        relation = r["relation"]
+        expected = TABLE_GRANTS.get(_table_key(relation, r["parent"]), {}) if r["kind"] in ("r", "p") else {}
+        where = "schema-history-partitions" if relation in children else rule
+        findings.examined(where)
+        for grantee in sorted({g for (rel, g) in actual if rel == relation} | set(expected)):
+            have, want = actual.get((relation, grantee), set()), expected.get(grantee, set())
+            for privilege in sorted(have - want):
+                findings.add(where, f"extra grant: {grantee} has {privilege} on {relation}")
+            for privilege in sorted(want - have):
+                findings.add(where, f"missing grant: {grantee} lacks {privilege} on {relation}")
+    columns: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for row in _all(conn, "column_grants"):
+        columns.setdefault((row["relation"], row["grantee"]), set()).add((row["column_name"], row["privilege"]))
+    for relation, grantee in sorted(set(columns) | set(COLUMN_GRANTS)):
+        have, want = columns.get((relation, grantee), set()), COLUMN_GRANTS.get((relation, grantee), set())
+        findings.examined(rule, len(have | want))
+        for column, privilege in sorted(have - want):
+            findings.add(rule, f"extra column grant: {grantee} has {privilege} on {relation}.{column}")
+        for column, privilege in sorted(want - have):
+            findings.add(rule, f"missing column grant: {grantee} lacks {privilege} on {relation}.{column}")
+    executors: dict[str, set[str]] = {}
+    for row in _all(conn, "functions"):
+        if row["schema"] == "appsurface_durable":
+            executors.setdefault(row["function"], set()).update(row["executors"])
+    for function in sorted(set(executors) | set(FUNCTION_GRANTS)):
+        findings.examined(rule)
+        if function not in executors:
+            findings.add(rule, f"function appsurface_durable.{function} is missing")
+            continue
+        have, want = executors[function], FUNCTION_GRANTS.get(function, set())
+        for grantee in sorted(have - want):
+            findings.add(rule, f"extra grant: {grantee} may execute {function}")
+        for grantee in sorted(want - have):
+            findings.add(rule, f"missing grant: {grantee} may not execute {function}")
+    schema = {(row["grantee"], row["privilege"]) for row in _all(conn, "schema_grants")}
+    for grantee, privilege in sorted(schema - SCHEMA_GRANTS):
+        findings.add(rule, f"extra grant: {grantee} has {privilege} on schema appsurface_durable")
+    for grantee, privilege in sorted(SCHEMA_GRANTS - schema):
+        findings.add(rule, f"missing grant: {grantee} lacks {privilege} on schema appsurface_durable")
+
+
+def check_row_security(conn: psycopg.Connection, findings: Findings, relations: list[dict], children: set[str]) -> None:
+    """Forced RLS and the exact policy shape on every scoped table, the queue, and every history partition."""
+    policies: dict[str, list[tuple]] = {}
+    for p in _all(conn, "policies"):
+        policies.setdefault(p["relation"], []).append(
+            (p["command"], p["permissive"], p["roles"], p["using_expr"], p["check_expr"]))
+    for r in relations:
+        relation, key = r["relation"], _table_key(r["relation"], r["parent"])
+        if key in SCOPED:
+            want = SCOPE_POLICIES
+        elif key == "schedule_dispatch":
+            want = QUEUE_POLICIES
+        else:
+            continue
+        where = "schema-history-partitions" if relation in children else "schema-row-security"
+        findings.examined(where)
+        if not (r["enabled"] and r["forced"]):
+            findings.add(where, f"row level security is not enabled and forced on {relation} "
+                                f"(enabled: {r['enabled']}, forced: {r['forced']})")
+        shape = _shape(policies.get(relation, []))
+        if shape != _shape(want):
+            findings.add(where, {"relation": relation, "policies": shape, "expected": _shape(want)})
+
+
+def _search_path(config: list[str]) -> list[str] | None:
+    for setting in config:
+        name, _, value = setting.partition("=")
+        if name == "search_path":
+            return [part.strip().strip('"') for part in value.split(",")]
+    return None
+
+
+def check_security_definers(conn: psycopg.Connection, findings: Findings) -> None:
+    rule = "schema-security-definer"
+    for f in _all(conn, "functions"):
+        if not f["security_definer"]:
+            continue
+        findings.examined(rule)
+        name = f"{f['schema']}.{f['function']}({f['arguments']})"
+        path = _search_path(f["config"])
+        if path is None:
+            findings.add(rule, f"SECURITY DEFINER {name} does not pin search_path")
+        elif {"public", "$user"} & set(path) or path[-1] != "pg_temp":
+            findings.add(rule, f"SECURITY DEFINER {name} has search_path {', '.join(path)}: it must leave out "
+                               "public and $user and list pg_temp last")
+        if "PUBLIC" in f["executors"]:
+            findings.add(rule, f"PUBLIC may execute SECURITY DEFINER {name}")
+
+
+def _queue(store: Store) -> list[dict]:
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        return read_state(conn).dispatch
+
+
+def _seed_due_schedule(store: Store) -> None:
+    """One At schedule due now, through the reference client over the schema under test (set-up, like every
+    fallback); returns once the server's clock has passed its instant."""
+    from reference import ScheduleClient, ScheduleSpec, ScheduleView, Target
+
+    store.create_scope(SCOPE)
+    store.ensure_partitions()
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        due = conn.execute("select transaction_timestamp()").fetchone()[0] + timedelta(milliseconds=200)
+        with ScheduleClient(store.runtime_dsn, SCOPE) as client:
+            view = client.create(ScheduleSpec(kind="at", at=due, target=Target("schema-stage")))
+        if not isinstance(view, ScheduleView):
+            raise RuntimeError(f"the reference client could not create a schedule on this schema: {view}")
+        while conn.execute("select clock_timestamp() <= %s", (due,)).fetchone()[0]:
+            time.sleep(0.05)
+
+
+def check_claim_refusals(store: Store, findings: Findings) -> None:
+    """Each bad argument is refused and changes no row; then a valid claim takes the due row, so the refusals
+    were not those of a function that refuses everything."""
+    rule = "schema-claim-refusals"
+    try:
+        _seed_due_schedule(store)
+    except Exception as exc:  # noqa: BLE001 - the schema under test could not hold a due schedule
+        findings.add(rule, f"could not seed a due schedule to claim: {type(exc).__name__}: {exc}")
+        return
+    try:
+        _claim_each(store, findings, rule)
+    except psycopg.Error as exc:
+        findings.add(rule, f"could not call the claim function or read the queue: {exc.sqlstate}: "
+                           f"{str(exc).splitlines()[0]}")
+
+
+def _claim_each(store: Store, findings: Findings, rule: str) -> None:
+    with psycopg.connect(store.dispatcher_dsn, autocommit=True) as conn:
+        for what, owner, duration in REFUSALS:
+            findings.examined(rule)
+            before = _queue(store)
+            try:
+                rows = _all(conn, "claim", {"owner": owner, "duration": duration})
+            except psycopg.Error as exc:
+                refused = f"{exc.sqlstate}: {str(exc).splitlines()[0]}"
+            else:
+                refused = None
+            after = _queue(store)
+            if refused is None:
+                findings.add(rule, {"accepted": what, "lease_owner": owner, "lease_duration": duration,
+                                    "returned": rows, "changed_rows": after != before})
+            elif after != before:
+                findings.add(rule, {"refused": what, "but_changed": {"before": before, "after": after}})
+        findings.examined(rule)
+        try:
+            claimed = _all(conn, "claim", {"owner": VALID_CLAIM[0], "duration": VALID_CLAIM[1]})
+        except psycopg.Error as exc:
+            claimed = f"{exc.sqlstate}: {str(exc).splitlines()[0]}"
+        if not isinstance(claimed, list) or len(claimed) != 1:
+            findings.add(rule, {"valid_claim": f"owner {VALID_CLAIM[0]!r}, {VALID_CLAIM[1]}", "of_a_due_row": claimed,
+                                "expected": "one row claimed, so the refusals above prove something"})
+
+
+def _future_children(world: World, store: Store, findings: Findings) -> set[str]:
+    """The history partitions ensure_schedule_history_partitions() makes for a month no migration made, with the
+    server clock moved there for that one call (a world without clock control checks today's months)."""
+    rule = "schema-history-partitions"
+    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+        before = {r["relation"] for r in _all(conn, "history_children")}
+        now = conn.execute("select transaction_timestamp()").fetchone()[0]
+    moved = world.capabilities.has(CLOCK)
+    if moved:
+        offset = world.clock.offset
+        world.clock.set_time(now + FUTURE)
+    try:
+        with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
+            conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
+            after = {r["relation"] for r in _all(conn, "history_children")}
+    except psycopg.Error as exc:
+        findings.add(rule, f"ensure_schedule_history_partitions() failed: {exc.sqlstate}: {str(exc).splitlines()[0]}")
+        return set()
+    finally:
+        if moved:
+            world.clock.set_offset(offset)
+    made = after - before if moved else after
+    if moved and not made:
+        findings.add(rule, f"ensure_schedule_history_partitions() with the server clock at {now + FUTURE:%Y-%m} "
+                           "created no schedule_history partition")
+    return made
+
+
+def run_schema_stage(world: World, migrations: Path) -> dict:
+    """The stage's case for report.json: one check per rule, verdict fail when any rule has a finding.
+    Raises MigrationFailed (naming the file and the server's message) when a migration does not apply."""
+    started = time.monotonic()
+    store = new_store(world, migrations=migrations)
+    findings = Findings()
+    try:
+        check_claim_refusals(store, findings)
+        children = _future_children(world, store, findings)
+        with psycopg.connect(store.world.admin_dsn(dbname=store.dbname), autocommit=True) as conn:
+            relations = _all(conn, "relations")
+            check_tables(conn, findings)
+            check_grants(conn, findings, relations, children)
+            check_row_security(conn, findings, relations, children)
+            check_security_definers(conn, findings)
+    finally:
+        store.drop()
+    checks = findings.checks()
+    failed = [c.name for c in checks if not c.ok]
+    return {"id": CASE_ID, "scenario": CASE_ID, "barrier": None, "fault": None, "hit": None,
+            "verdict": "fail" if failed else "pass", "reason": ", ".join(failed),
+            "checks": [c.to_json() for c in checks],
+            "timeline": [{"event": "migrations", "directory": str(migrations),
+                          "files": [m.name for m in schema_migrations(migrations)]}],
+            "duration_s": round(time.monotonic() - started, 3), "barrier_hits": {}, "fallbacks": []}

@@ -1,0 +1,246 @@
+"""`certify --migrations DIR` and its schema stage, against real worlds: the reference's own migrations pass,
+each planted schema defect fails naming its rule, a bad directory is a one-line error that leaves nothing
+behind, and a correct copy certifies end to end through the reference and through a shell-wrapped adapter."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from barriers.protocol import SCHEMA_RULE
+from testhost.schema_stage import READ_COLUMNS, check_directory, run_schema_stage
+from testhost.processes import pids_with_cwd_or_arg
+from testhost.state import TABLES
+from testhost.store import MigrationFailed
+
+REPO = Path(__file__).resolve().parents[1]
+MIGRATIONS = REPO / "reference" / "migrations"
+SLICE = ("--scenario", "at-single", "--barrier", "schedule-link-after-commit", "--fault", "kill", "--jobs", "1")
+
+
+def copy_of_reference(directory: Path) -> Path:
+    directory.mkdir()
+    for path in MIGRATIONS.glob("*.sql"):
+        shutil.copy(path, directory / path.name)
+    return directory
+
+
+def append_migration(directory: Path, name: str, text: str) -> Path:
+    """The next numbered migration, whatever the earlier files are called."""
+    number = len(list(directory.glob("[0-9][0-9][0-9][0-9]_*.sql"))) + 1
+    path = directory / f"{number:04d}_{name}.sql"
+    path.write_text(text)
+    return path
+
+
+def failing(case: dict) -> dict[str, list]:
+    return {c["name"]: c["evidence"] for c in case["checks"] if not c["ok"]}
+
+
+# -- pure: what the stage expects stays what the verifier reads ---------------------------------------------
+
+def test_every_table_the_verifier_reads_is_declared_to_the_stage():
+    read = {table for sql in TABLES.values() for table in re.findall(r"appsurface_durable\.(\w+)", sql)}
+    assert read and read <= set(READ_COLUMNS)
+
+
+def test_every_row_key_the_checks_read_is_a_declared_column():
+    source = (REPO / "testhost" / "checks.py").read_text()
+    keys = set(re.findall(r'\["([a-z_]+)"\]', source)) | set(re.findall(r'\.get\("([a-z_]+)"', source))
+    columns = {column for table in READ_COLUMNS.values() for column in table}
+    # Keys of the checks' own dictionaries (pictures, expectations, history details), not of table rows.
+    own = {"all", "barrier", "cursor", "first", "kind", "last", "lifecycle", "occurrences", "pending", "problem",
+           "reason", "rule", "suspension", "type", "works"}
+    assert keys - own and not (keys - own - columns), sorted(keys - own - columns)
+
+
+def test_every_schema_rule_is_stated_in_the_protocol_page():
+    page = (REPO / "barriers" / "PROTOCOL.md").read_text()
+    for name, rule in SCHEMA_RULE.items():
+        assert f"`{name}`" in page and rule in page
+
+
+@pytest.mark.parametrize("setup, expected", [
+    (lambda d: None, "no such directory"),
+    (lambda d: d.mkdir(), "holds no migration"),
+    (lambda d: (d.mkdir(), (d / "0001_a.sql").write_text("select 1"), (d / "0003_c.sql").write_text("select 1")),
+     "without gaps"),
+    (lambda d: (d.mkdir(), (d / "0001_a.sql").write_bytes(b"\xff\xfe")), "0001_a.sql: cannot be read as UTF-8"),
+])
+def test_a_bad_directory_is_refused_in_one_line(tmp_path, setup, expected):
+    directory = tmp_path / "migrations"
+    setup(directory)
+    with pytest.raises(MigrationFailed) as caught:
+        check_directory(directory)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+# -- the stage against a real world -------------------------------------------------------------------------
+
+def _function_definition(world, name: str) -> str:
+    """A function as the reference's migrations define it, from a store built by them."""
+    from testhost.store import new_store
+    store = new_store(world)
+    try:
+        with psycopg.connect(store.owner_dsn) as conn:
+            return conn.execute("select pg_get_functiondef(%s::regproc)", (f"appsurface_durable.{name}",)).fetchone()[0]
+    finally:
+        store.drop()
+
+
+def _without_forced_history_rls(world) -> str:
+    definition = _function_definition(world, "ensure_schedule_history_partitions")
+    planted = re.sub(r"(?im)^.*force row level security.*$", "", definition)
+    assert planted != definition
+    return planted + ";\n"
+
+
+def _eleven_minute_claim(world) -> str:
+    definition = _function_definition(world, "claim_schedule_dispatch")
+    planted = definition.replace("interval '10 minutes'", "interval '11 minutes'")
+    assert planted != definition
+    return planted + ";\n"
+
+
+DEFECTS = {
+    "history-partition-without-forced-rls": (_without_forced_history_rls, {"schema-history-partitions"},
+                                             "row level security is not enabled and forced on schedule_history_"),
+    "dispatcher-grant-on-due-time": (
+        lambda _: "grant select (due_at_utc) on appsurface_durable.schedule_dispatch_timing "
+                  "to appsurface_durable_dispatcher;\n",
+        {"schema-grants"}, "extra column grant: appsurface_durable_dispatcher has SELECT on "
+                           "schedule_dispatch_timing.due_at_utc"),
+    "security-definer-without-search-path": (
+        lambda _: "alter function appsurface_durable.scope_for_routing_id(bigint) reset search_path;\n",
+        {"schema-security-definer"}, "scope_for_routing_id(p_routing_id bigint) does not pin search_path"),
+    "public-may-claim": (
+        lambda _: "grant execute on function appsurface_durable.claim_schedule_dispatch(text, interval) to public;\n",
+        {"schema-grants", "schema-security-definer"}, "PUBLIC may execute SECURITY DEFINER "
+                                                      "appsurface_durable.claim_schedule_dispatch"),
+    "eleven-minute-lease": (_eleven_minute_claim, {"schema-claim-refusals"}, "'accepted': 'an eleven-minute lease'"),
+}
+
+
+@pytest.mark.world
+def test_the_reference_migrations_pass_every_rule(world, tmp_path):
+    case = run_schema_stage(world, copy_of_reference(tmp_path / "migrations"))
+    assert case["verdict"] == "pass", failing(case)
+    assert [c["name"] for c in case["checks"]] == list(SCHEMA_RULE)
+    assert all(c["ok"] and c["rows"] > 0 for c in case["checks"]), case["checks"]
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_planted_schema_defect_fails_naming_its_rule(world, tmp_path, defect):
+    plant, rules, evidence = DEFECTS[defect]
+    directory = copy_of_reference(tmp_path / "migrations")
+    append_migration(directory, defect.replace("-", "_"), plant(world))
+    case = run_schema_stage(world, directory)
+    assert case["verdict"] == "fail"
+    assert set(failing(case)) == rules, failing(case)
+    assert case["reason"] == ", ".join(sorted(rules, key=list(SCHEMA_RULE).index))
+    assert all(c["rule"] == SCHEMA_RULE[c["name"]] for c in case["checks"])
+    assert any(evidence in str(found) for found in failing(case).values()), failing(case)
+
+
+def _databases(world) -> set[str]:
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
+        return {r[0] for r in conn.execute("select datname from pg_database")}
+
+
+@pytest.mark.world
+def test_a_migration_the_server_refuses_names_the_file_and_leaves_no_database(world, tmp_path):
+    directory = copy_of_reference(tmp_path / "migrations")
+    broken = append_migration(directory, "broken", "create table appsurface_durable.half (id int,);\n")
+    before = _databases(world)
+    with pytest.raises(MigrationFailed) as caught:
+        run_schema_stage(world, directory)
+    message = str(caught.value)
+    assert str(broken) in message and "syntax error" in message and "\n" not in message
+    assert _databases(world) == before
+
+
+# -- certify --migrations, end to end -----------------------------------------------------------------------
+
+@pytest.fixture
+def home():
+    root = Path(tempfile.mkdtemp(prefix="crashproof-schema-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    (root / "tmp").mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def certify(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CRASHPROOF_HOME": str(home), "TMPDIR": str(home / "tmp")}
+    return subprocess.run([sys.executable, "-m", "testhost.cli", "certify", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+WRAPPED = f"sh -c {shlex.quote(f'exec {shlex.quote(sys.executable)} -m reference.adapter')}"
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("impl", [None, WRAPPED], ids=["reference", "shell-wrapped"])
+def test_certify_with_a_correct_copy_runs_the_stage_then_the_cases(home, impl):
+    migrations = copy_of_reference(home / "migrations")
+    report_dir = home / "report"
+    result = certify(home, "--migrations", str(migrations), "--report-dir", str(report_dir), *SLICE,
+                     *(("--impl", impl) if impl else ()))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((report_dir / "report.json").read_text())
+    stage, *cases = report["cases"]
+    assert stage["id"] == "schema-stage" and stage["verdict"] == "pass"
+    assert [c["name"] for c in stage["checks"]] == list(SCHEMA_RULE)
+    assert [c["id"] for c in cases] == ["at-single", "at-single/schedule-link-after-commit/kill/1"]
+    assert all(c["verdict"] == "pass" for c in cases)
+    assert report["implementation"]["migrations"] == str(migrations)
+    assert report["summary"]["passed"] == 3
+
+
+@pytest.mark.world
+def test_certify_with_a_schema_defect_fails_the_run_naming_the_rule(home):
+    migrations = copy_of_reference(home / "migrations")
+    plant, _, _ = DEFECTS["dispatcher-grant-on-due-time"]
+    append_migration(migrations, "dispatcher_sees_due_time", plant(None))
+    report_dir = home / "report"
+    result = certify(home, "--migrations", str(migrations), "--report-dir", str(report_dir), *SLICE,
+                     "--impl", WRAPPED)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "fail    schema-stage: schema-grants" in result.stdout
+    assert f"schema-grants (rule: {SCHEMA_RULE['schema-grants']})" in result.stdout
+    report = json.loads((report_dir / "report.json").read_text())
+    stage, *cases = report["cases"]
+    assert stage["verdict"] == "fail" and failing(stage).keys() == {"schema-grants"}
+    assert cases and all(c["verdict"] == "pass" for c in cases)  # the cases still run on the team's schema
+
+
+@pytest.mark.world
+def test_certify_with_a_migration_that_fails_is_one_line_and_leaves_nothing(home):
+    migrations = copy_of_reference(home / "migrations")
+    broken = append_migration(migrations, "broken", "select no_such_function();\n")
+    report_dir = home / "report"
+    result = certify(home, "--migrations", str(migrations), "--report-dir", str(report_dir), *SLICE)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crashproof: error: migration "), result.stderr
+    assert str(broken) in lines[0] and "no_such_function() does not exist" in lines[0]
+    assert not report_dir.exists()
+    assert list((home / "tmp").iterdir()) == []
+    assert pids_with_cwd_or_arg(str(home)) == []
+
+
+def test_certify_with_a_missing_directory_is_one_line(home):
+    result = certify(home, "--migrations", str(home / "nowhere"), *SLICE)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"crashproof: error: --migrations {home / 'nowhere'}: no such directory"
