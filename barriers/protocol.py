@@ -152,7 +152,9 @@ SCHEMA_RULES = (
     SchemaRule("schema-tables", "every table and column the checks read exists with the type they read: "
                "schedule_definitions, schedule_generations, schedule_occurrences, work_items, schedule_dispatch, "
                "schedule_dispatch_timing, schedule_history; the dispatch queue exposes only dispatch ID, Schedule ID, "
-               "scope routing ID, lease state/generation, and dispatch revision"),
+               "scope routing ID, lease state/generation, and dispatch revision; the functions the TestHost calls as the "
+               "migration owner exist: create_scope(scope_id), ensure_schedule_history_partitions(), "
+               "advance_runtime_epoch(), advance_scope_generation(scope_id)"),
     SchemaRule("schema-grants", "the role recipe's exact role grants: PostgreSQL RLS controls rows; exact column "
                "grants and the execution-only claim_schedule_dispatch function control the queue surface; nothing "
                "else is granted to the runtime, the dispatcher or PUBLIC"),
@@ -162,8 +164,8 @@ SCHEMA_RULES = (
                "policy), with the exact policy shape: command, permissive, roles, USING and WITH CHECK"),
     SchemaRule("schema-history-partitions", "ensure_schedule_history_partitions() creates the current and next "
                "schedule_history partitions and applies forced RLS and exact child policy shape; the role recipe "
-               "validates exact role grants after child creation (checked on the children it creates for a future "
-               "month)"),
+               "validates exact role grants after child creation (checked with the server clock moved to a month "
+               "no migration made: partitions must then hold that month and the next)"),
     SchemaRule("schema-security-definer", "every SECURITY DEFINER function pins its search_path (set on the "
                "function, without public or $user, pg_temp listed last) and PUBLIC may not execute it"),
     SchemaRule("schema-claim-refusals", "The function rejects blank or control-character lease owners and lease "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -94,6 +94,9 @@ READ_COLUMNS: dict[str, dict[str, str]] = {
     "schedule_history": {"scope_id": "text", "schedule_id": "uuid", "recorded_at_utc": "timestamptz",
                          "event": "text", "generation": "integer", "detail": "json"},
 }
+# The functions the TestHost itself calls as the migration owner (set-up and scenario steps).
+OWNER_CALLS = ("create_scope", "ensure_schedule_history_partitions", "advance_runtime_epoch",
+               "advance_scope_generation")
 _FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text",
              "character varying": "text", "uuid": "uuid", "timestamp with time zone": "timestamptz",
              "jsonb": "json", "json": "json"}
@@ -190,6 +193,11 @@ def check_tables(conn: psycopg.Connection, findings: Findings) -> None:
                 findings.add(rule, f"column {table}.{column} is {have}; the checks read it as {family}")
     for column in sorted(set(columns.get("schedule_dispatch", {})) - set(QUEUE_COLUMNS)):
         findings.add(rule, f"the dispatch queue holds column {column}; it exposes only {', '.join(QUEUE_COLUMNS)}")
+    functions = {f["function"] for f in _all(conn, "functions") if f["schema"] == "appsurface_durable"}
+    for function in OWNER_CALLS:
+        findings.examined(rule)
+        if function not in functions:
+            findings.add(rule, f"function appsurface_durable.{function} is missing (the TestHost calls it as the owner)")
 
 
 def check_grants(conn: psycopg.Connection, findings: Findings, relations: list[dict], children: set[str]) -> None:
@@ -361,32 +369,58 @@ def _claim_each(store: Store, findings: Findings, rule: str) -> None:
                                 "expected": "one row claimed, so the refusals above prove something"})
 
 
+def _bound(text: str) -> tuple[datetime | None, datetime | None] | None:
+    """A range partition's [from, to) (None for MINVALUE/MAXVALUE), or None for a DEFAULT partition."""
+    if text.strip().upper() == "DEFAULT":
+        return None
+    match = re.search(r"FROM \((.+?)\) TO \((.+?)\)", text)
+    if match is None:
+        raise ValueError(f"not a range bound: {text}")
+    low, high = (None if v.strip().upper() in ("MINVALUE", "MAXVALUE") else datetime.fromisoformat(v.strip().strip("'"))
+                 for v in match.groups())
+    return low, high
+
+
+def _holds(bound: tuple | None, at: datetime) -> bool:
+    return bound is None or ((bound[0] is None or bound[0] <= at) and (bound[1] is None or at < bound[1]))
+
+
 def _future_children(world: World, store: Store, findings: Findings) -> set[str]:
     """The history partitions ensure_schedule_history_partitions() makes for a month no migration made, with the
-    server clock moved there for that one call (a world without clock control checks today's months)."""
+    server clock moved there for that one call (a world without clock control checks today's months); they
+    must hold that month and the next."""
     rule = "schema-history-partitions"
     with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
         before = {r["relation"] for r in _all(conn, "history_children")}
         now = conn.execute("select transaction_timestamp()").fetchone()[0]
     moved = world.capabilities.has(CLOCK)
+    at = now + FUTURE if moved else now
     if moved:
         offset = world.clock.offset
-        world.clock.set_time(now + FUTURE)
+        world.clock.set_time(at)
     try:
         with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
             conn.execute("select appsurface_durable.ensure_schedule_history_partitions()")
-            after = {r["relation"] for r in _all(conn, "history_children")}
+            children = _all(conn, "history_children")
+            months = _all(conn, "month_starts", {"at": at})[0]
     except psycopg.Error as exc:
         findings.add(rule, f"ensure_schedule_history_partitions() failed: {exc.sqlstate}: {str(exc).splitlines()[0]}")
         return set()
     finally:
         if moved:
             world.clock.set_offset(offset)
-    made = after - before if moved else after
-    if moved and not made:
-        findings.add(rule, f"ensure_schedule_history_partitions() with the server clock at {now + FUTURE:%Y-%m} "
-                           "created no schedule_history partition")
-    return made
+    bounds = {}
+    for c in children:
+        try:
+            bounds[c["relation"]] = _bound(c["bound"])
+        except ValueError:
+            findings.add(rule, f"history partition {c['relation']} is {c['bound']}, not a range of recorded_at_utc")
+    for which in ("current_month", "next_month"):
+        findings.examined(rule)
+        if not any(_holds(bound, months[which]) for bound in bounds.values()):
+            findings.add(rule, f"after ensure_schedule_history_partitions() at {at:%Y-%m-%d} (server time), no "
+                               f"schedule_history partition holds {months[which]:%Y-%m-%d} ({which.replace('_', ' ')})")
+    return set(bounds) - before if moved else set(bounds)
 
 
 def run_schema_stage(world: World, migrations: Path) -> dict:

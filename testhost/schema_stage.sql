@@ -67,10 +67,16 @@ where n.nspname = 'appsurface_durable';
 select rolname, rolsuper, rolbypassrls from pg_roles where rolname = any(%(roles)s);
 
 -- name: history_children
-select c.relname as relation
+select c.relname as relation, pg_get_expr(c.relpartbound, c.oid) as bound
 from pg_inherits i join pg_class c on c.oid = i.inhrelid
 where i.inhparent = to_regclass('appsurface_durable.schedule_history')
 order by 1;
+
+-- name: month_starts
+-- The first instant (UTC) of the month of %(at)s and of the month after it.
+select date_trunc('month', %(at)s::timestamptz at time zone 'UTC') at time zone 'UTC' as current_month,
+       (date_trunc('month', %(at)s::timestamptz at time zone 'UTC') + interval '1 month') at time zone 'UTC'
+           as next_month;
 
 -- name: claim
 select * from appsurface_durable.claim_schedule_dispatch(%(owner)s::text, %(duration)s::interval);

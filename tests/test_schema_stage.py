@@ -85,6 +85,20 @@ def test_a_bad_directory_is_refused_in_one_line(tmp_path, setup, expected):
     assert expected in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("text, held, not_held", [
+    ("FOR VALUES FROM ('2031-02-01 00:00:00+00') TO ('2031-03-01 00:00:00+00')", "2031-02-01", "2031-03-01"),
+    ("FOR VALUES FROM (MINVALUE) TO ('2031-03-01 00:00:00+00')", "1999-01-01", "2031-03-01"),
+    ("DEFAULT", "2031-03-01", None),
+])
+def test_a_history_partition_bound_holds_its_range(text, held, not_held):
+    from datetime import datetime, timezone
+
+    from testhost.schema_stage import _bound, _holds
+    instant = lambda day: datetime.fromisoformat(day).replace(tzinfo=timezone.utc)  # noqa: E731
+    assert _holds(_bound(text), instant(held))
+    assert not_held is None or not _holds(_bound(text), instant(not_held))
+
+
 # -- the stage against a real world -------------------------------------------------------------------------
 
 def _function_definition(world, name: str) -> str:
@@ -115,11 +129,18 @@ def _eleven_minute_claim(world) -> str:
 DEFECTS = {
     "history-partition-without-forced-rls": (_without_forced_history_rls, {"schema-history-partitions"},
                                              "row level security is not enabled and forced on schedule_history_"),
+    "history-partitions-not-made": (
+        lambda _: "create or replace function appsurface_durable.ensure_schedule_history_partitions() "
+                  "returns setof text language sql as $$ select 'nothing'::text $$;\n",
+        {"schema-history-partitions"}, "no schedule_history partition holds"),
     "dispatcher-grant-on-due-time": (
         lambda _: "grant select (due_at_utc) on appsurface_durable.schedule_dispatch_timing "
                   "to appsurface_durable_dispatcher;\n",
         {"schema-grants"}, "extra column grant: appsurface_durable_dispatcher has SELECT on "
                            "schedule_dispatch_timing.due_at_utc"),
+    "due-time-in-the-queue": (
+        lambda _: "alter table appsurface_durable.schedule_dispatch add column due_at_utc timestamptz;\n",
+        {"schema-tables"}, "the dispatch queue holds column due_at_utc"),
     "security-definer-without-search-path": (
         lambda _: "alter function appsurface_durable.scope_for_routing_id(bigint) reset search_path;\n",
         {"schema-security-definer"}, "scope_for_routing_id(p_routing_id bigint) does not pin search_path"),
@@ -151,6 +172,19 @@ def test_a_planted_schema_defect_fails_naming_its_rule(world, tmp_path, defect):
     assert case["reason"] == ", ".join(sorted(rules, key=list(SCHEMA_RULE).index))
     assert all(c["rule"] == SCHEMA_RULE[c["name"]] for c in case["checks"])
     assert any(evidence in str(found) for found in failing(case).values()), failing(case)
+
+
+@pytest.mark.world
+def test_without_clock_control_the_partitions_of_today_are_checked(world, tmp_path):
+    from testhost.world import ExternalWorld
+    external = ExternalWorld(world.admin_dsn(), network_optional=True).up()
+    try:
+        case = run_schema_stage(external, copy_of_reference(tmp_path / "migrations"))
+    finally:
+        external.down()
+    assert case["verdict"] == "pass", failing(case)
+    partitions = next(c for c in case["checks"] if c["name"] == "schema-history-partitions")
+    assert partitions["rows"] >= 2 + 2  # both months held, and each child's grants and policies examined
 
 
 def _databases(world) -> set[str]:
