@@ -166,8 +166,9 @@ SCHEMA_RULES = (
                "schedule_history partitions and applies forced RLS and exact child policy shape; the role recipe "
                "validates exact role grants after child creation (checked with the server clock moved to a month "
                "no migration made: partitions must then hold that month and the next)"),
-    SchemaRule("schema-security-definer", "every SECURITY DEFINER function pins its search_path (set on the "
-               "function, without public or $user, pg_temp listed last) and PUBLIC may not execute it"),
+    SchemaRule("schema-security-definer", "claim_schedule_dispatch is SECURITY DEFINER, and every SECURITY "
+               "DEFINER function pins its search_path (set on the function, without public or $user, pg_temp "
+               "listed last) and PUBLIC may not execute it"),
     SchemaRule("schema-claim-refusals", "The function rejects blank or control-character lease owners and lease "
                "durations that are null, non-positive, or longer than ten minutes before it changes a row"),
 )

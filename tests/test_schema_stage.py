@@ -85,6 +85,16 @@ def test_a_bad_directory_is_refused_in_one_line(tmp_path, setup, expected):
     assert expected in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_rule_that_examined_nothing_fails():
+    from testhost.schema_stage import Findings
+    findings = Findings()
+    findings.examined("schema-tables", 3)
+    checks = {c.name: c for c in findings.checks()}
+    assert checks["schema-tables"].ok
+    assert not checks["schema-claim-refusals"].ok
+    assert checks["schema-claim-refusals"].evidence == ["the rule examined nothing, so it proves nothing"]
+
+
 @pytest.mark.parametrize("text, held, not_held", [
     ("FOR VALUES FROM ('2031-02-01 00:00:00+00') TO ('2031-03-01 00:00:00+00')", "2031-02-01", "2031-03-01"),
     ("FOR VALUES FROM (MINVALUE) TO ('2031-03-01 00:00:00+00')", "1999-01-01", "2031-03-01"),
@@ -144,6 +154,9 @@ DEFECTS = {
     "security-definer-without-search-path": (
         lambda _: "alter function appsurface_durable.scope_for_routing_id(bigint) reset search_path;\n",
         {"schema-security-definer"}, "scope_for_routing_id(p_routing_id bigint) does not pin search_path"),
+    "claim-not-security-definer": (
+        lambda _: "alter function appsurface_durable.claim_schedule_dispatch(text, interval) security invoker;\n",
+        {"schema-security-definer", "schema-claim-refusals"}, "claim_schedule_dispatch must be SECURITY DEFINER"),
     "public-may-claim": (
         lambda _: "grant execute on function appsurface_durable.claim_schedule_dispatch(text, interval) to public;\n",
         {"schema-grants", "schema-security-definer"}, "PUBLIC may execute SECURITY DEFINER "
