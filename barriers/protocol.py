@@ -139,37 +139,3 @@ MESSAGES = (
 BY_OPERATION = {op.name: op for op in OPERATIONS}
 MANDATORY = tuple(op.name for op in OPERATIONS if op.mandatory)
 
-
-@dataclass(frozen=True)
-class SchemaRule:
-    """A rule the schema stage of `certify --migrations` checks before any case runs."""
-
-    name: str
-    rule: str
-
-
-SCHEMA_RULES = (
-    SchemaRule("schema-tables", "every table and column the checks read exists with the type they read: "
-               "schedule_definitions, schedule_generations, schedule_occurrences, work_items, schedule_dispatch, "
-               "schedule_dispatch_timing, schedule_history; the dispatch queue exposes only dispatch ID, Schedule ID, "
-               "scope routing ID, lease state/generation, and dispatch revision; the functions the TestHost calls as the "
-               "migration owner exist: create_scope(scope_id), ensure_schedule_history_partitions(), "
-               "advance_runtime_epoch(), advance_scope_generation(scope_id)"),
-    SchemaRule("schema-grants", "the role recipe's exact role grants: PostgreSQL RLS controls rows; exact column "
-               "grants and the execution-only claim_schedule_dispatch function control the queue surface; nothing "
-               "else is granted to the runtime, the dispatcher or PUBLIC"),
-    SchemaRule("schema-row-security", "forced RLS on every scoped table (scopes, work_items and every schedule_* "
-               "table but the queue keyed on scope_id = appsurface_durable.current_scope(); the queue on "
-               "scope_routing_id = appsurface_durable.current_scope_routing_id() plus the dispatcher's read-only "
-               "policy), with the exact policy shape: command, permissive, roles, USING and WITH CHECK"),
-    SchemaRule("schema-history-partitions", "ensure_schedule_history_partitions() creates the current and next "
-               "schedule_history partitions and applies forced RLS and exact child policy shape; the role recipe "
-               "validates exact role grants after child creation (checked with the server clock moved to a month "
-               "no migration made: partitions must then hold that month and the next)"),
-    SchemaRule("schema-security-definer", "claim_schedule_dispatch is SECURITY DEFINER, and every SECURITY "
-               "DEFINER function pins its search_path (set on the function, without public or $user, pg_temp "
-               "listed last) and PUBLIC may not execute it"),
-    SchemaRule("schema-claim-refusals", "The function rejects blank or control-character lease owners and lease "
-               "durations that are null, non-positive, or longer than ten minutes before it changes a row"),
-)
-SCHEMA_RULE = {r.name: r.rule for r in SCHEMA_RULES}

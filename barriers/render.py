@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 from .catalog import CATALOG
-from .protocol import ENVIRONMENT, MESSAGES, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, SCHEMA_RULES, TIMEOUTS
+from .protocol import ENVIRONMENT, MESSAGES, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, TIMEOUTS
+from . import schema
+from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
 
@@ -17,6 +19,34 @@ def _fields(fields) -> list[str]:
     lines = ["| field | type | required | meaning |", "|---|---|---|---|"]
     lines += [f"| `{f.name}` | {f.type} | {'yes' if f.required else 'no'} | {f.meaning} |" for f in fields]
     return lines + [""]
+
+
+def _schema_surface() -> list[str]:
+    """The exact surface the schema stage expects, from barriers/schema.py."""
+    out = ["### The surface the schema stage expects", "",
+           f"Roles: `{schema.OWNER}` (migration owner, BYPASSRLS), `{schema.RUNTIME}` (runtime), `{schema.DISPATCHER}` "
+           "(dispatcher), all in schema `appsurface_durable`. Table privileges, exactly (a history partition "
+           "carries `schedule_history`'s; any other relation, sequence or view: none):", "",
+           "| table | runtime |", "|---|---|"]
+    out += [f"| `{table}` | {', '.join(sorted(grants.get(schema.RUNTIME, ())))} |"
+            for table, grants in schema.TABLE_GRANTS.items()]
+    out += ["", "Column privileges, exactly: " + "; ".join(
+                f"`{role}` {privilege} ({', '.join(sorted(c for c, p in columns if p == privilege))}) on `{table}`"
+                for (table, role), columns in schema.COLUMN_GRANTS.items()
+                for privilege in sorted({p for _, p in columns})) + ".",
+            "", "EXECUTE, exactly (every other function: the owner only; PUBLIC never): " + "; ".join(
+                f"`{function}` by {', '.join(f'`{r}`' for r in sorted(roles))}"
+                for function, roles in schema.FUNCTION_GRANTS.items()) + ". Schema USAGE: "
+            + ", ".join(f"`{role}`" for role, _ in sorted(schema.SCHEMA_GRANTS)) + ".",
+            "", "Policies (forced RLS; the policy's name is free): on "
+            + ", ".join(f"`{t}`" for t in sorted(schema.SCOPED)) + " one permissive policy for all commands to the "
+            "runtime, USING and WITH CHECK `" + schema.SCOPE_POLICIES[0][3] + "`; on `schedule_dispatch` that with `"
+            + schema.QUEUE_POLICIES[0][3] + "`, plus a permissive SELECT policy to the dispatcher USING `true`.",
+            "", "Columns the checks read (type families: any integer, any text, `uuid`, `timestamptz`, `json`/`jsonb`):",
+            ""]
+    out += [f"- `{table}`: " + ", ".join(f"{column} ({family})" for column, family in columns.items())
+            for table, columns in schema.READ_COLUMNS.items()]
+    return out + [""]
 
 
 def render() -> str:
@@ -120,6 +150,7 @@ def render() -> str:
             "server's message, and nothing left behind.", "",
             "| check | rule |", "|---|---|",
             *[f"| `{r.name}` | {r.rule} |" for r in SCHEMA_RULES], ""]
+    out += _schema_surface()
     return "\n".join(out)
 
 

@@ -1,8 +1,8 @@
 """The schema stage of `certify --migrations DIR`: an implementation's own migrations, applied as the migration
 owner, checked against the normative surface before any case runs; every finding names its rule.
 
-The expectations are data here, written from the spec and the role recipe, not read from any implementation:
-a verdict never depends on the reference's code. The reference client only seeds one due schedule (set-up,
+The expectations are data in barriers/schema.py (rendered into PROTOCOL.md), written from the spec and the role
+recipe, not read from any implementation: a verdict never depends on the reference's code. The reference client only seeds one due schedule (set-up,
 like every fallback) so the claim function's refusals can be seen changing no row.
 """
 
@@ -19,84 +19,18 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from barriers.protocol import SCHEMA_RULE
+from barriers.schema import (COLUMN_GRANTS, DISPATCHER, FUNCTION_GRANTS, OWNER, OWNER_CALLS, QUEUE_COLUMNS,
+                             QUEUE_POLICIES, READ_COLUMNS, RUNTIME, SCHEMA_GRANTS, SCHEMA_RULE, SCOPE_POLICIES, SCOPED,
+                             TABLE_GRANTS)
 
 from .checks import CheckResult
 from .state import read_state
-from .store import DISPATCHER, OWNER, RUNTIME, MigrationFailed, Store, new_store, schema_migrations
+from .store import MigrationFailed, Store, new_store, schema_migrations
 from .world import CLOCK, World
 
 CASE_ID = "schema-stage"
 SCOPE = "schema-stage"
 
-# Exact table-level privileges per (table, grantee). History partitions carry the parent's. Every other
-# relation (a table of the implementation's own, a sequence, a view) is granted to nobody but its owner.
-TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
-    "schema_migrations": {RUNTIME: {"SELECT"}},
-    "store_runtime": {RUNTIME: {"SELECT"}},
-    "runtime_versions": {RUNTIME: {"SELECT"}},
-    "scopes": {RUNTIME: {"SELECT"}},
-    "work_items": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
-    "schedule_commands": {RUNTIME: {"SELECT", "INSERT"}},
-    "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
-    "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
-    "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
-    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT", "DELETE"}},
-    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE", "DELETE"}},
-    "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
-}
-QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
-                 "dispatch_revision")
-COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
-    ("schedule_dispatch", DISPATCHER): {(column, "SELECT") for column in QUEUE_COLUMNS},
-    ("schedule_dispatch", RUNTIME): {("lease_state", "UPDATE"), ("dispatch_revision", "UPDATE")},
-}
-# Who may execute which function besides its owner; any other function: nobody.
-FUNCTION_GRANTS: dict[str, set[str]] = {
-    "claim_schedule_dispatch": {DISPATCHER},
-    "current_scope": {RUNTIME},
-    "current_scope_routing_id": {RUNTIME},
-    "scope_for_routing_id": {RUNTIME},
-    "locked_scope_fences": {RUNTIME},
-}
-SCHEMA_GRANTS = {(RUNTIME, "USAGE"), (DISPATCHER, "USAGE")}
-
-SCOPED = {"scopes", "work_items", "schedule_commands", "schedule_definitions", "schedule_generations",
-          "schedule_occurrences", "schedule_dispatch_timing", "schedule_history"}
-_IN_SCOPE = "scope_id = appsurface_durable.current_scope()"
-_IN_ROUTING = "scope_routing_id = appsurface_durable.current_scope_routing_id()"
-# (command, permissive, roles, USING, WITH CHECK) per table; the policy's name is the implementation's.
-SCOPE_POLICIES = [("*", True, (RUNTIME,), _IN_SCOPE, _IN_SCOPE)]
-QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True, (DISPATCHER,), "true", None)]
-
-# The tables and columns the verifier reads (testhost/state.py, checks.py, runner.py), by type family.
-READ_COLUMNS: dict[str, dict[str, str]] = {
-    "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
-                             "suspension_reason": "text", "revision": "integer", "active_generation": "integer",
-                             "cursor_utc": "timestamptz"},
-    "schedule_generations": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
-                             "schedule_kind": "text", "at_utc": "timestamptz", "after_us": "integer",
-                             "every_us": "integer", "anchor_utc": "timestamptz", "safety_window_us": "integer",
-                             "target_command": "text", "accepted_at_utc": "timestamptz"},
-    "schedule_occurrences": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
-                             "occurrence_kind": "text", "first_nominal_utc": "timestamptz",
-                             "last_nominal_utc": "timestamptz", "state": "text", "work_id": "uuid",
-                             "work_idempotency_key": "text", "work_command": "text", "work_activity": "text",
-                             "decided_at_utc": "timestamptz", "materialized_at_utc": "timestamptz"},
-    "work_items": {"scope_id": "text", "work_id": "uuid", "idempotency_key": "text", "command": "text",
-                   "activity": "text", "state": "text", "accepted_at_utc": "timestamptz",
-                   "terminal_at_utc": "timestamptz"},
-    "schedule_dispatch": {"dispatch_id": "integer", "schedule_id": "uuid", "scope_routing_id": "integer",
-                          "lease_state": "text", "lease_generation": "integer", "dispatch_revision": "integer"},
-    "schedule_dispatch_timing": {"dispatch_id": "integer", "due_at_utc": "timestamptz",
-                                 "claimable_at_utc": "timestamptz", "lease_owner": "text",
-                                 "lease_expires_at_utc": "timestamptz"},
-    "schedule_history": {"scope_id": "text", "schedule_id": "uuid", "recorded_at_utc": "timestamptz",
-                         "event": "text", "generation": "integer", "detail": "json"},
-}
-# The functions the TestHost itself calls as the migration owner (set-up and scenario steps).
-OWNER_CALLS = ("create_scope", "ensure_schedule_history_partitions", "advance_runtime_epoch",
-               "advance_scope_generation")
 _FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text",
              "character varying": "text", "uuid": "uuid", "timestamp with time zone": "timestamptz",
              "jsonb": "json", "json": "json"}

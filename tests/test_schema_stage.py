@@ -17,8 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from barriers.protocol import SCHEMA_RULE
-from testhost.schema_stage import READ_COLUMNS, check_directory, run_schema_stage
+from barriers.schema import SCHEMA_RULE
+from barriers.schema import READ_COLUMNS
+from testhost.schema_stage import check_directory, run_schema_stage
 from testhost.processes import pids_with_cwd_or_arg
 from testhost.state import TABLES
 from testhost.store import MigrationFailed

@@ -1,0 +1,118 @@
+"""The normative schema surface as data: what `crashproof certify --migrations` checks an implementation's own
+schema against (testhost/schema_stage.py), rendered into PROTOCOL.md so an outside team reads the same list.
+
+Written from the spec and the role recipe; the TestHost takes its schema verdicts from here, never from the
+reference's code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OWNER = "appsurface_durable_owner"
+RUNTIME = "appsurface_durable_runtime"
+DISPATCHER = "appsurface_durable_dispatcher"
+
+# Exact table-level privileges per (table, grantee). History partitions carry the parent's. Every other
+# relation (a table of the implementation's own, a sequence, a view) is granted to nobody but its owner.
+TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
+    "schema_migrations": {RUNTIME: {"SELECT"}},
+    "store_runtime": {RUNTIME: {"SELECT"}},
+    "runtime_versions": {RUNTIME: {"SELECT"}},
+    "scopes": {RUNTIME: {"SELECT"}},
+    "work_items": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_commands": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT", "DELETE"}},
+    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+    "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
+}
+QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
+                 "dispatch_revision")
+COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
+    ("schedule_dispatch", DISPATCHER): {(column, "SELECT") for column in QUEUE_COLUMNS},
+    ("schedule_dispatch", RUNTIME): {("lease_state", "UPDATE"), ("dispatch_revision", "UPDATE")},
+}
+# Who may execute which function besides its owner; any other function: nobody.
+FUNCTION_GRANTS: dict[str, set[str]] = {
+    "claim_schedule_dispatch": {DISPATCHER},
+    "current_scope": {RUNTIME},
+    "current_scope_routing_id": {RUNTIME},
+    "scope_for_routing_id": {RUNTIME},
+    "locked_scope_fences": {RUNTIME},
+}
+SCHEMA_GRANTS = {(RUNTIME, "USAGE"), (DISPATCHER, "USAGE")}
+
+SCOPED = {"scopes", "work_items", "schedule_commands", "schedule_definitions", "schedule_generations",
+          "schedule_occurrences", "schedule_dispatch_timing", "schedule_history"}
+_IN_SCOPE = "scope_id = appsurface_durable.current_scope()"
+_IN_ROUTING = "scope_routing_id = appsurface_durable.current_scope_routing_id()"
+# (command, permissive, roles, USING, WITH CHECK) per table; the policy's name is the implementation's.
+SCOPE_POLICIES = [("*", True, (RUNTIME,), _IN_SCOPE, _IN_SCOPE)]
+QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True, (DISPATCHER,), "true", None)]
+
+# The tables and columns the verifier reads (testhost/state.py, checks.py, runner.py), by type family.
+READ_COLUMNS: dict[str, dict[str, str]] = {
+    "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
+                             "suspension_reason": "text", "revision": "integer", "active_generation": "integer",
+                             "cursor_utc": "timestamptz"},
+    "schedule_generations": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
+                             "schedule_kind": "text", "at_utc": "timestamptz", "after_us": "integer",
+                             "every_us": "integer", "anchor_utc": "timestamptz", "safety_window_us": "integer",
+                             "target_command": "text", "accepted_at_utc": "timestamptz"},
+    "schedule_occurrences": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
+                             "occurrence_kind": "text", "first_nominal_utc": "timestamptz",
+                             "last_nominal_utc": "timestamptz", "state": "text", "work_id": "uuid",
+                             "work_idempotency_key": "text", "work_command": "text", "work_activity": "text",
+                             "decided_at_utc": "timestamptz", "materialized_at_utc": "timestamptz"},
+    "work_items": {"scope_id": "text", "work_id": "uuid", "idempotency_key": "text", "command": "text",
+                   "activity": "text", "state": "text", "accepted_at_utc": "timestamptz",
+                   "terminal_at_utc": "timestamptz"},
+    "schedule_dispatch": {"dispatch_id": "integer", "schedule_id": "uuid", "scope_routing_id": "integer",
+                          "lease_state": "text", "lease_generation": "integer", "dispatch_revision": "integer"},
+    "schedule_dispatch_timing": {"dispatch_id": "integer", "due_at_utc": "timestamptz",
+                                 "claimable_at_utc": "timestamptz", "lease_owner": "text",
+                                 "lease_expires_at_utc": "timestamptz"},
+    "schedule_history": {"scope_id": "text", "schedule_id": "uuid", "recorded_at_utc": "timestamptz",
+                         "event": "text", "generation": "integer", "detail": "json"},
+}
+# The functions the TestHost itself calls as the migration owner (set-up and scenario steps).
+OWNER_CALLS = ("create_scope", "ensure_schedule_history_partitions", "advance_runtime_epoch",
+               "advance_scope_generation")
+
+
+@dataclass(frozen=True)
+class SchemaRule:
+    """A rule the schema stage of `certify --migrations` checks before any case runs."""
+
+    name: str
+    rule: str
+
+
+SCHEMA_RULES = (
+    SchemaRule("schema-tables", "every table and column the checks read exists with the type they read: "
+               "schedule_definitions, schedule_generations, schedule_occurrences, work_items, schedule_dispatch, "
+               "schedule_dispatch_timing, schedule_history; the dispatch queue exposes only dispatch ID, Schedule ID, "
+               "scope routing ID, lease state/generation, and dispatch revision; the functions the TestHost calls as the "
+               "migration owner exist: create_scope(scope_id), ensure_schedule_history_partitions(), "
+               "advance_runtime_epoch(), advance_scope_generation(scope_id)"),
+    SchemaRule("schema-grants", "the role recipe's exact role grants: PostgreSQL RLS controls rows; exact column "
+               "grants and the execution-only claim_schedule_dispatch function control the queue surface; nothing "
+               "else is granted to the runtime, the dispatcher or PUBLIC"),
+    SchemaRule("schema-row-security", "forced RLS on every scoped table (scopes, work_items and every schedule_* "
+               "table but the queue keyed on scope_id = appsurface_durable.current_scope(); the queue on "
+               "scope_routing_id = appsurface_durable.current_scope_routing_id() plus the dispatcher's read-only "
+               "policy), with the exact policy shape: command, permissive, roles, USING and WITH CHECK"),
+    SchemaRule("schema-history-partitions", "ensure_schedule_history_partitions() creates the current and next "
+               "schedule_history partitions and applies forced RLS and exact child policy shape; the role recipe "
+               "validates exact role grants after child creation (checked with the server clock moved to a month "
+               "no migration made: partitions must then hold that month and the next)"),
+    SchemaRule("schema-security-definer", "claim_schedule_dispatch is SECURITY DEFINER, and every SECURITY "
+               "DEFINER function pins its search_path (set on the function, without public or $user, pg_temp "
+               "listed last) and PUBLIC may not execute it"),
+    SchemaRule("schema-claim-refusals", "The function rejects blank or control-character lease owners and lease "
+               "durations that are null, non-positive, or longer than ten minutes before it changes a row"),
+)
+SCHEMA_RULE = {r.name: r.rule for r in SCHEMA_RULES}
