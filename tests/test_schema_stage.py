@@ -19,6 +19,7 @@ import pytest
 
 from barriers.schema import SCHEMA_RULE
 from barriers.schema import READ_COLUMNS
+from reports.report import validate
 from testhost.schema_stage import check_directory, run_schema_stage
 from testhost.processes import pids_with_cwd_or_arg
 from testhost.state import TABLES
@@ -253,6 +254,7 @@ def test_certify_with_a_correct_copy_runs_the_stage_then_the_cases(home, impl):
     assert [c["id"] for c in cases] == ["at-single", "at-single/schedule-link-after-commit/kill/1"]
     assert all(c["verdict"] == "pass" for c in cases)
     assert report["implementation"]["migrations"] == str(migrations)
+    assert validate(report) == []
     assert report["summary"]["passed"] == 3
 
 
