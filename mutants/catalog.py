@@ -26,6 +26,9 @@ CLAIM_LIMITS = ("The function rejects blank or control-character lease owners an
 # Adapter-protocol rules (barriers/PROTOCOL.md), which an implementation can break as well as a spec sentence.
 HONEST_FAIL = "`fail` tells the host nothing was applied"
 CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a hang."
+IDLE_CURSOR = "the cursor moves only in a decision that disposes of at least one due instant"
+EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
+            "create a new Schedule identity after resolving the cause.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -171,6 +174,28 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("adapter.py", 'self.deadline = float(env.get("CRASHPROOF_DEADLINE_S", "30"))',
               "self.deadline = 3600.0"),),
         slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",)),
+    Mutant(
+        "idle-pass-moves-cursor", IDLE_CURSOR,
+        "A decision with nothing due still moves the cursor to its cutoff.",
+        (Edit("processor.py",
+              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n        else:\n",
+              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n"
+              "            if cutoff > cursor:\n"
+              '                s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, '
+              '"cursor_utc": cutoff})\n'
+              "                cursor = cutoff\n"
+              "        else:\n"),),
+        slice=("coalesce-terminal-callback",)),
+    Mutant(
+        "no-processor-history", EVIDENCE,
+        "The processor writes no schedule_history rows: suspensions and skipped recovery ranges leave no evidence.",
+        (Edit("processor.py",
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
+              '"event": event,\n',
+              '        return\n'
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
+              '"event": event,\n'),),
+        slice=("skip-misfire", "anomaly-suspends")),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
