@@ -60,7 +60,8 @@ ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
     EnvironmentVariable("CRASHPROOF_DEADLINE_S", "the client-side deadline, in seconds, to apply to every database "
-                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang."),
+                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang: give up on "
+                        "the round trip and close that connection (the host watches for the close; see *Answers*)."),
 )
 
 TIMEOUTS = (
