@@ -253,8 +253,9 @@ NORMATIVE = (
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
         "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "
         "`CRASHPROOF_DEADLINE_S`, give up on it and close that connection. The host holds a lost COMMIT reply "
-        "for the deadline plus {margin} s at the first hit of each before-commit barrier, and fails the case if "
-        "the connection is still open then (`client-deadline`).",
+        "for the deadline plus {margin} s (at the first hit of each before-commit barrier in the scenarios tagged "
+        "`client-deadline`: {deadline_scenarios}) and fails the case if the connection is still open then "
+        "(`client-deadline`).",
     )),
     Section("Barriers on paths that decide nothing", (
         "The claim barriers fire only when the claim returned a row. The decision barriers fire for every "

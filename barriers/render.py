@@ -24,6 +24,12 @@ def _migrations() -> str:
     return ", ".join(f"`{m.name}`" for m in migrations())
 
 
+def _deadline_scenarios() -> str:
+    from scenarios.model import load_catalog
+    from testhost.faults import DEADLINE_COVER
+    return ", ".join(f"`{s.name}`" for s in load_catalog() if DEADLINE_COVER in s.covers)
+
+
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
     from testhost.checks import CHECKS
@@ -35,7 +41,7 @@ def _normative() -> list[str]:
     for section in NORMATIVE:
         out += [f"### {section.title}", ""]
         out += ["- " + rule.replace("{migrations}", _migrations()).replace("{margin}", f"{DEADLINE_MARGIN_S:g}")
-                for rule in section.rules]
+                .replace("{deadline_scenarios}", _deadline_scenarios()) for rule in section.rules]
         out += [""]
     out += ["## The checks", "",
             "Every check certification runs, by the name a report gives it, and the rule its failure names (a spec "

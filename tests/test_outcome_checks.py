@@ -49,3 +49,12 @@ def test_an_implementation_without_a_deadline_fails_the_client_deadline(world, t
     [evidence] = checks["client-deadline"].evidence
     assert evidence["reply_lost_for_s"] >= evidence["deadline_s"] + evidence["margin_s"]
     assert checks["outcome-honesty"].ok  # it answered once the heal closed the connection, and not with `fail`
+
+
+def test_the_scenarios_that_hold_a_lost_reply_reach_every_kind_of_commit():
+    from testhost.faults import DEADLINE_COVER
+    held = [s for s in load_catalog() if DEADLINE_COVER in s.covers]
+    assert {s.name for s in held} == {"at-single", "every-anchored"}
+    ops = {(step.op, step.args.get("state")) for s in held for step in s.steps}
+    # a pass (claim, decision, bridge) and a Work turning terminal (the Work-terminal commit)
+    assert ("process", None) in ops and ("complete-work", "succeeded") in ops
