@@ -260,8 +260,9 @@ NORMATIVE = (
     Section("Barriers on paths that decide nothing", (
         "The claim barriers fire only when the claim returned a row. The decision barriers fire for every "
         "claimed schedule whose dispatch revision still matches, whatever the decision is: nothing due, a fence "
-        "or anomaly suspension, or a disposition. A fenced transaction (lease lost) writes nothing and fires no "
-        "barrier. The bridge barriers `schedule-bridge-before-commit` and `schedule-link-after-commit` fire for "
+        "or anomaly suspension, or a disposition. A fenced transaction (lease lost) writes nothing; the reference "
+        "reports no barrier for it. The matrix plans faults by hit number from the reference's fault-free run, so "
+        "a barrier reached fewer times than there fails `planned-fault-fired`. The bridge barriers `schedule-bridge-before-commit` and `schedule-link-after-commit` fire for "
         "every bridge transaction, including one that only releases the lease (a fence found, no candidate); "
         "`schedule-work-after-acceptance` fires only once a Work was accepted (also when the link then "
         "conflicts). The Work-terminal barriers fire only for a transition into a terminal state.",
