@@ -60,7 +60,8 @@ ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
     EnvironmentVariable("CRASHPROOF_DEADLINE_S", "the client-side deadline, in seconds, to apply to every database "
-                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang."),
+                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang: give up on "
+                        "the round trip and close that connection (the host watches for the close; see *Answers*)."),
 )
 
 TIMEOUTS = (
@@ -139,3 +140,131 @@ MESSAGES = (
 BY_OPERATION = {op.name: op for op in OPERATIONS}
 MANDATORY = tuple(op.name for op in OPERATIONS if op.mandatory)
 
+
+@dataclass(frozen=True)
+class Section:
+    """A group of normative rules: what a certified implementation must do, in the protocol's words."""
+
+    title: str
+    rules: tuple[str, ...]
+
+
+# Everything the checks enforce, stated for an outside team. Each rule a check enforces names that check in
+# backticks; PROTOCOL.md renders these sections, and the check table after them.
+NORMATIVE = (
+    Section("Roles and schema", (
+        "The database holds three roles: `appsurface_durable_owner` (the migration owner; the TestHost reads and "
+        "audits as it), `appsurface_durable_runtime` (every scoped transaction: `CRASHPROOF_RUNTIME_DSN`) and "
+        "`appsurface_durable_dispatcher` (the claim only: `CRASHPROOF_DISPATCHER_DSN`). Your code never connects "
+        "as the owner.",
+        "The schema is the reference's migrations, applied in order before any case runs: {migrations}. The "
+        "normative tables are `schedule_definitions`, `schedule_generations`, `schedule_occurrences`, "
+        "`schedule_history`, `schedule_dispatch` with `schedule_dispatch_timing`, and the Work store's "
+        "`work_items`; the checks read these and nothing else.",
+    )),
+    Section("Transactions of a pass", (
+        "A pass claims with `appsurface_durable.claim_schedule_dispatch(lease_owner, lease_duration)` as the "
+        "dispatcher in a transaction of its own, then works on the claimed schedule in scoped runtime "
+        "transactions: a *decision* (fences, evaluation, disposition, cursor) and, when an occurrence may take the "
+        "slot, a *bridge* (Work, link, lease release). Claim, decision and bridge each commit on their own "
+        "(`instant-decided-once`, `one-work-per-materialized-occurrence`).",
+        "The fencing token is `dispatch_revision`, which the claim returns. Every scoped transaction locks the "
+        "schedule's dispatch row first and writes nothing unless the revision is still the claimed one and the row "
+        "is `leased`. The lease release (lease_state `ready`, `dispatch_revision` + 1, lease owner and expiry "
+        "null) is written in the last scoped transaction of the pass for that schedule, so the release advances "
+        "the revision too: a processor whose lease expired and was taken over writes nothing more "
+        "(`late-writes-fenced`).",
+        "What `due_at_utc` (and `claimable_at_utc`, equal to it while ready) becomes on release: the transaction "
+        "time when the slot is free and another occurrence of the active generation waits for its bridge; else "
+        "the first nominal instant after the cursor; null when there is none (an At or After already decided, a "
+        "suspended or deleted schedule). After recovery the TestHost runs fault-free passes until nothing is due "
+        "and every lease is released (`recovered-nothing-due`).",
+        "At most one Work per schedule per pass. Bridge order: when the slot is free, the oldest pending "
+        "non-coalesced occurrence of the active generation bridges first (by first instant), then the coalesced "
+        "one (`queue-one-slot`).",
+        "`process-due` after a fault must cope with a connection it kept from before the fault being dead (the "
+        "database restarted, or the proxy cut it): reconnect and retry the interrupted scoped transaction after "
+        "rollback (bounded); the fence makes the repeat safe. A kept connection that fails on its first use "
+        "after a fault is the normal case, not an error to answer with.",
+    )),
+    Section("Time: instants, lateness, recovery", (
+        "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "
+        "processor's clock (`due-instants-decided`). Nominal instants are evaluated in (cursor_utc, cutoff_utc].",
+        "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
+        "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
+        "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",
+        "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
+        "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
+        "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it (`anomaly-suspends`).",
+        "One due instant is a `nominal` occurrence with first = last = that instant. Two or more are one "
+        "`recovery` occurrence with the range [first, last] under misfire policy `run-once`; under `skip` the "
+        "range writes no occurrence at all, only the history row `recovery-skipped` (`processor-history`).",
+        "The cursor moves only in a decision that disposes of at least one due instant (an occurrence written or "
+        "extended, or a range skipped), and then to that decision's cutoff. A pass with nothing due, a cutoff at "
+        "or behind the cursor, a fence mismatch and an anomaly leave it where it is (`idle-pass-keeps-cursor`, "
+        "`cursor-within-decisions-and-server-time`).",
+    )),
+    Section("Occurrences and the slot", (
+        "Occurrence kinds are `nominal`, `recovery` and `coalesced`; Gate A writes the states `pending`, "
+        "`materialized` and `superseded` only (`gate-a-writes-three-states`).",
+        "The QueueOne slot is held by a materialized occurrence (of any generation) whose Work is not terminal "
+        "(`succeeded`, `failed`, `canceled`), and also by a pending occurrence of the active generation waiting "
+        "for its bridge. Instants due while the slot is held go to the one pending coalesced occurrence: created, "
+        "or its last instant moved forward; its first instant never moves (`at-most-one-pending-coalesced`, "
+        "`at-most-one-pending-coalesced-at-every-step`, `coalesced-range-forward`).",
+        "A new generation supersedes the pending occurrences of older ones; nothing is materialized for a "
+        "superseded occurrence or while the schedule is suspended "
+        "(`nothing-materialized-for-superseded-or-suspended`).",
+    )),
+    Section("Work identity and payload", (
+        "The canonical occurrence identity is the text `scope_id|schedule_id|generation|kind|first_nominal_utc` "
+        "with no spaces around `|`: the scope ID as given; the schedule UUID in lower-case 8-4-4-4-12 form; the "
+        "generation as a decimal integer; `kind` the occurrence kind (`nominal`, `recovery`, `coalesced`); the "
+        "first nominal instant in UTC as `YYYY-MM-DDTHH:MM:SS.ffffffZ` (always six fractional digits). The Work "
+        "ID, idempotency key, activity and command derive from it as given under *Deterministic Work identity* "
+        "below (`deterministic-work-identity`).",
+        "The Work is accepted inside the bridge transaction; the link on the occurrence is compare-or-return: "
+        "where no link exists write exactly the derived tuple and the state `materialized`; where another Work "
+        "holds the occurrence's idempotency key, link nothing and suspend the schedule with reason "
+        "`idempotency-conflict` in the same transaction (`link-compare-or-return`).",
+        "The Work payload is yours: the checks do not read it. The reference writes `{\"target\": <the "
+        "generation's target payload>, \"occurrence\": {schedule_id, generation, kind, first_nominal_utc, "
+        "last_nominal_utc}}` with instants in the canonical form above.",
+    )),
+    Section("Suspension and history", (
+        "Fences come first in every scoped transaction, before any cursor move or Work: runtime epoch first (a "
+        "stale persisted `runtime_epoch` suspends with reason `runtime-epoch`), then scope generation (reason "
+        "`scope-generation`); when both mismatch, the reason is `runtime-epoch` (`fence-before-cursor`).",
+        "A suspension sets `lifecycle_state` `suspended` and `suspension_reason`, bumps `revision` by one, keeps "
+        "the cursor, releases the lease with no due time, and writes one `schedule_history` row with event "
+        "`suspended` and `detail.reason` equal to the reason; a `clock-anomaly` detail also holds `cursor_utc`, "
+        "the unchanged cursor as an RFC 3339 instant (`processor-history`, `suspension-keeps-the-cursor`).",
+        "A skipped recovery range writes one `schedule_history` row with event `recovery-skipped` and "
+        "`detail.first_nominal_utc`, `detail.last_nominal_utc` (RFC 3339) in the decision transaction. Other "
+        "history rows (`recovery-declared`, the client's `created`, `updated`, `deleted`, "
+        "`released-after-recovery`) are free: write them or not, the checks do not read them.",
+    )),
+    Section("Answers", (
+        "`fail` tells the host nothing was applied: an operation answers `fail` only when none of its "
+        "transactions committed. Once any transaction of a `process-due` pass committed (the claim's lease "
+        "included), the pass answers `ok` with its counts, or `unknown` if a later COMMIT's outcome is "
+        "unknown; never `fail` (`outcome-honesty`).",
+        "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
+        "committed. A pass whose claim found nothing answers `ok` with zero counts.",
+        "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "
+        "`CRASHPROOF_DEADLINE_S`, give up on it and close that connection. The host holds a lost COMMIT reply "
+        "for the deadline plus {margin} s (at the first hit of each before-commit barrier in the scenarios tagged "
+        "`client-deadline`: {deadline_scenarios}) and fails the case if the connection is still open then "
+        "(`client-deadline`).",
+    )),
+    Section("Barriers on paths that decide nothing", (
+        "The claim barriers fire only when the claim returned a row. The decision barriers fire for every "
+        "claimed schedule whose dispatch revision still matches, whatever the decision is: nothing due, a fence "
+        "or anomaly suspension, or a disposition. A fenced transaction (lease lost) writes nothing; the reference "
+        "reports no barrier for it. The matrix plans faults by hit number from the reference's fault-free run, so "
+        "a barrier reached fewer times than there fails `planned-fault-fired`. The bridge barriers `schedule-bridge-before-commit` and `schedule-link-after-commit` fire for "
+        "every bridge transaction, including one that only releases the lease (a fence found, no candidate); "
+        "`schedule-work-after-acceptance` fires only once a Work was accepted (also when the link then "
+        "conflicts). The Work-terminal barriers fire only for a transition into a terminal state.",
+    )),
+)

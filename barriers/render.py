@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from .catalog import CATALOG
-from .protocol import ENVIRONMENT, MESSAGES, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, TIMEOUTS
 from . import schema
+from .protocol import ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, TIMEOUTS
 from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
@@ -49,6 +49,38 @@ def _schema_surface() -> list[str]:
     return out + [""]
 
 
+def _migrations() -> str:
+    from reference.sql import migrations
+    return ", ".join(f"`{m.name}`" for m in migrations())
+
+
+def _deadline_scenarios() -> str:
+    from scenarios.model import load_catalog
+    from testhost.faults import DEADLINE_COVER
+    return ", ".join(f"`{s.name}`" for s in load_catalog() if DEADLINE_COVER in s.covers)
+
+
+def _normative() -> list[str]:
+    """The rules a certified implementation must follow, then every check with the rule its failure names."""
+    from testhost.checks import CHECKS
+    from testhost.faults import DEADLINE_MARGIN_S
+
+    out = ["## What a certified implementation must do", "",
+           "These rules are normative: each names, in backticks, the check that enforces it. "
+           "docs/protocol-notes.md gives the reasons where the spec left a choice.", ""]
+    for section in NORMATIVE:
+        out += [f"### {section.title}", ""]
+        out += ["- " + rule.replace("{migrations}", _migrations()).replace("{margin}", f"{DEADLINE_MARGIN_S:g}")
+                .replace("{deadline_scenarios}", _deadline_scenarios()) for rule in section.rules]
+        out += [""]
+    out += ["## The checks", "",
+            "Every check certification runs, by the name a report gives it, and the rule its failure names (a spec "
+            "sentence, with our reading in parentheses; an adapter-protocol rule of this page; or a harness rule).",
+            "", "| check | rule |", "|---|---|"]
+    out += [f"| `{name}` | {rule.replace('|', '&#124;')} |" for name, rule in CHECKS.items()]
+    return out + [""]
+
+
 def render() -> str:
     out = [
         "# The crashproof adapter protocol",
@@ -77,8 +109,9 @@ def render() -> str:
         "",
         "Your process reads newline-delimited JSON on standard input and writes newline-delimited JSON on standard "
         "output, one message per line, each an object with a `type`. Write logs to standard error, never to standard "
-        "output. The database already holds the normative schema (migrations 0001-0004 of the reference), the three "
-        "roles, and the scope; connect only through the DSNs given, which pass through the TestHost's proxy.",
+        "output. The database already holds the normative schema (the reference's migrations, listed under *Roles and "
+        "schema* below), the three roles, and the scope; connect only through the DSNs given, which pass through the "
+        "TestHost's proxy.",
         "",
         "A case is a timeline of operations. After the `hello`, the host sends one `request` at a time and waits for "
         "its `response`. While an operation runs, every barrier you reach is reported with a `barrier` message and "
@@ -92,7 +125,7 @@ def render() -> str:
         *[f"- `{name}`: {meaning}" for name, meaning in OUTCOMES.items()],
         "",
         "Classify honestly: `fail` tells the host nothing was applied; a wrong `fail` is a protocol violation the "
-        "checks can catch.",
+        "checks catch (`outcome-honesty`, under *Answers* below).",
         "",
         "## Timeouts",
         "",
@@ -139,6 +172,7 @@ def render() -> str:
             "activity  = \"schedule/<schedule_id>/g<generation>/<kind>\"",
             "command   = the generation's target command",
             "```", ""]
+    out += _normative()
     out += ["## Certifying your own schema", "",
             "By default the database holds the reference's migrations. A product that ships its own passes them with "
             "`crashproof certify --migrations DIR` (numbered files `0001_name.sql`, `0002_name.sql`, ... without gaps; "

@@ -23,6 +23,12 @@ ANOMALY = "An anomalously large forward cutoff suspends the Schedule without mov
 CLAIM_LIMITS = ("The function rejects blank or control-character lease owners and lease durations that are null, "
                 "non-positive, or longer than ten minutes before it changes a row, so an untrusted dispatcher call "
                 "cannot strand a Schedule in a non-expiring or excessively long lease.")
+# Adapter-protocol rules (barriers/PROTOCOL.md), which an implementation can break as well as a spec sentence.
+HONEST_FAIL = "`fail` tells the host nothing was applied"
+CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a hang."
+IDLE_CURSOR = "the cursor moves only in a decision that disposes of at least one due instant"
+EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
+            "create a new Schedule identity after resolving the cause.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -150,6 +156,46 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
               'if current["suspension_reason"] not in ("runtime-epoch", "clock-anomaly"):'),),
         slice=("release-refuses-clock-suspension",)),
+    Mutant(
+        "fail-after-lost-commit", HONEST_FAIL,
+        "A COMMIT whose reply was lost is taken for a rollback: the pass gives up and answers `fail`, though the "
+        "server committed.",
+        (Edit("processor.py",
+              "            except CommitOutcomeUnknown:\n"
+              "                if not retry_unknown or remaining == 0:\n"
+              "                    raise\n",
+              "            except CommitOutcomeUnknown as exc:\n"
+              "                raise IdempotencyConflict(f\"taken for a rollback: {exc}\") from exc\n"),),
+        slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",
+               "at-single/schedule-claim-before-commit/lost-commit-reply/*")),
+    Mutant(
+        "no-client-deadline", CLIENT_DEADLINE,
+        "CRASHPROOF_DEADLINE_S is ignored: a round trip whose reply never comes waits for an hour.",
+        (Edit("adapter.py", 'self.deadline = float(env.get("CRASHPROOF_DEADLINE_S", "30"))',
+              "self.deadline = 3600.0"),),
+        slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",)),
+    Mutant(
+        "idle-pass-moves-cursor", IDLE_CURSOR,
+        "A decision with nothing due still moves the cursor to its cutoff.",
+        (Edit("processor.py",
+              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n        else:\n",
+              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n"
+              "            if cutoff > cursor:\n"
+              '                s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, '
+              '"cursor_utc": cutoff})\n'
+              "                cursor = cutoff\n"
+              "        else:\n"),),
+        slice=("coalesce-terminal-callback",)),
+    Mutant(
+        "no-processor-history", EVIDENCE,
+        "The processor writes no schedule_history rows: suspensions and skipped recovery ranges leave no evidence.",
+        (Edit("processor.py",
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
+              '"event": event,\n',
+              '        return\n'
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
+              '"event": event,\n'),),
+        slice=("skip-misfire", "anomaly-suspends")),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from .identity import expected_work
+from .identity import expected_work, instant_text
 from .state import StoreState
 
 TERMINAL = {"succeeded", "failed", "canceled"}
@@ -41,6 +41,17 @@ def _occurrence_key(o: dict) -> tuple:
     return (o["scope_id"], o["schedule_id"], o["generation"], o["occurrence_kind"], o["first_nominal_utc"])
 
 
+# Every check by the name its results carry, with the rule its failure names: PROTOCOL.md renders this registry,
+# so an outside team reads what certification enforces, and a test keeps every name used here on that page.
+CHECKS: dict[str, str] = {}
+
+
+def rule_of(name: str, rule: str) -> str:
+    """Register a check's rule under its name; returns the rule."""
+    CHECKS[name] = rule
+    return rule
+
+
 Check = Callable[[StoreState], CheckResult]
 INVARIANTS: list[tuple[str, str, Check]] = []
 # What rows each invariant examines, so a run can tell a vacuous pass: a check over zero rows where the
@@ -53,7 +64,7 @@ def invariant(name: str, rule: str, examines: str | None = None):
         def run(state: StoreState) -> CheckResult:
             evidence, rows = fn(state)
             return CheckResult(name, rule, not evidence, evidence, rows)
-        INVARIANTS.append((name, rule, run))
+        INVARIANTS.append((name, rule_of(name, rule), run))
         EXAMINES[name] = examines
         return fn
     return register
@@ -351,13 +362,25 @@ def promised(expect: dict[str, dict]) -> set[str]:
     return kinds
 
 
+NO_VACUOUS = rule_of("no-vacuous-checks", "harness: a check that ran over zero rows where the scenario promised "
+                     "some makes the run fail")
+PLANNED_FAULT_FIRED = rule_of("planned-fault-fired", "harness: a planned barrier or fault that never fired makes the "
+                              "run fail (report every barrier your code reaches, with its exact name)")
+FATE_ABORTED = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
+                "retry only after rollback.")
+FATE_COMMITTED = ("A rollback leaves neither durable fact; a retry sees the same occurrence identity and must return "
+                  "the original target link rather than enqueue another Work.")
+rule_of("transaction-fate", f"{FATE_ABORTED} / {FATE_COMMITTED} (After kill or disconnect at a before-commit barrier "
+        "the server aborted the open transaction; after lost-commit-reply or pause it committed it: the verifier "
+        "reads the fate of its xid.)")
+
+
 def vacuity(checks: list[CheckResult], expect: dict[str, dict]) -> CheckResult:
     """A check that examined zero rows of a kind the scenario promised proves nothing: the run fails."""
     kinds = promised(expect)
     evidence = [{"check": c.name, "examined_rows": c.rows, "scenario_promised": EXAMINES[c.name]}
                 for c in checks if EXAMINES.get(c.name) in kinds and c.rows == 0]
-    return CheckResult("no-vacuous-checks", "harness: a check that ran over zero rows where the scenario promised "
-                       "some makes the run fail", not evidence, evidence, len(checks))
+    return CheckResult("no-vacuous-checks", NO_VACUOUS, not evidence, evidence, len(checks))
 
 
 # -- scenario expectations and crash equivalence --------------------------------------------------------
@@ -386,11 +409,49 @@ def normalize(state: StoreState, schedule_ids: dict[str, Any]) -> dict[str, Any]
                          (o["last_nominal_utc"] - ref) // timedelta(microseconds=1), o["state"],
                          work.get(o["work_id"], {}).get("state")))
         active = state.generation(schedule_id, d["active_generation"])
+        references = {g["generation"]: instant_text(_reference_instant(g)) for g in state.generations
+                      if g["schedule_id"] == schedule_id}
         picture[name] = {"lifecycle": d["lifecycle_state"], "suspension": d["suspension_reason"],
                          "generation": d["active_generation"],
                          "cursor_instant": cursor_instant(_timing(active), d["cursor_utc"]),
-                         "occurrences": sorted(occs)}
+                         "occurrences": sorted(occs), "references": references}
     return picture
+
+
+def comparable(entry: dict | None) -> dict | None:
+    """A picture entry without its run's own reference instants (which differ from run to run for After)."""
+    return None if entry is None else {k: v for k, v in entry.items() if k != "references"}
+
+
+def readable(entry: dict | None) -> dict | None:
+    """A picture entry in the protocol's own units: instants as RFC 3339 times, from the entry's own run's
+    generation references (an offset from the reference where that is unknown)."""
+    if entry is None:
+        return None
+    references = {int(g): _instant(t) for g, t in (entry.get("references") or {}).items()}
+
+    def at(generation: int, offset_us: int | None) -> str | None:
+        if offset_us is None:
+            return None
+        if generation not in references:
+            return f"{offset_us / 1e6:+g}s from generation {generation}'s reference"
+        return instant_text(references[generation] + timedelta(microseconds=offset_us))
+
+    return {"lifecycle": entry["lifecycle"], "suspension": entry["suspension"], "generation": entry["generation"],
+            "cursor_at_or_after": at(entry["generation"], entry["cursor_instant"]),
+            "occurrences": [{"generation": g, "kind": kind, "first_nominal_utc": at(g, first),
+                             "last_nominal_utc": at(g, last), "state": state, "work": work}
+                            for g, kind, first, last, state, work in entry["occurrences"]]}
+
+
+def _differences(a: dict | None, b: dict | None) -> list[str]:
+    a, b = comparable(a) or {}, comparable(b) or {}
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+SCENARIO = rule_of("scenario-expectations", "scenario: the occurrences, Work count, lifecycle and cursor the "
+                   "scenario file states for its fault-free run (and for faulted runs of a timeline whose outcome "
+                   "a fault cannot change)")
 
 
 def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[str, Any],
@@ -429,28 +490,43 @@ def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[
             if d["cursor_utc"] != resolve(want["cursor"], generation):
                 evidence.append({"schedule": name, "cursor": d["cursor_utc"],
                                  "expected": resolve(want["cursor"], generation)})
-    return CheckResult("scenario-expectations", "scenario", not evidence, evidence, rows)
+    return CheckResult("scenario-expectations", SCENARIO, not evidence, evidence, rows)
+
+
+EQUIVALENCE = rule_of("crash-equivalence", "A future proof must show that recovery produces one occurrence and one "
+                      "accepted Work identity. (Same final state as the fault-free run of the same timeline.)")
+
+
+def _picture_differences(ours: dict, theirs: dict, labels: tuple[str, str]) -> list[dict]:
+    """Per schedule whose entries differ: which fields, and both entries in the protocol's units."""
+    return [{"schedule": name, "differs_in": _differences(ours.get(name), theirs.get(name)),
+             labels[0]: readable(ours.get(name)), labels[1]: readable(theirs.get(name))}
+            for name in sorted(set(ours) | set(theirs)) if comparable(ours.get(name)) != comparable(theirs.get(name))]
 
 
 def equivalence(picture: dict, baseline: dict) -> CheckResult:
-    evidence = [{"schedule": name, "faulted": picture.get(name), "fault_free": baseline.get(name)}
-                for name in sorted(set(picture) | set(baseline)) if picture.get(name) != baseline.get(name)]
-    return CheckResult("crash-equivalence", "A future proof must show that recovery produces one occurrence and one "
-                       "accepted Work identity. (Same final state as the fault-free run of the same timeline.)",
-                       not evidence, evidence, len(picture))
+    evidence = _picture_differences(picture, baseline, ("faulted", "fault_free"))
+    return CheckResult("crash-equivalence", EQUIVALENCE, not evidence, evidence, len(picture))
+
+
+MODEL_AGREEMENT = rule_of("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
+                          "testhost/model.py over the same timeline (occurrences with kind, range and state, Work "
+                          "states, lifecycle, suspension reason, generation, and where the cursor stands on the "
+                          "active generation's grid)")
 
 
 def model_agreement(picture: dict, model) -> CheckResult:
     """The final state against the independent model of Gate A run over the same timeline."""
     from .model import picture as model_picture
     expected = model_picture(model)
-    evidence = [{"schedule": name, "database": picture.get(name), "model": expected.get(name)}
-                for name in sorted(set(picture) | set(expected)) if picture.get(name) != expected.get(name)]
-    return CheckResult("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
-                       "testhost/model.py over the same timeline", not evidence, evidence, len(expected))
+    evidence = _picture_differences(picture, expected, ("database", "model"))
+    return CheckResult("model-agreement", MODEL_AGREEMENT, not evidence, evidence, len(expected))
 
 
-CLIENT_RULE = "Schedule API validation and domain conflicts return durable problem results."
+CLIENT_RULE = rule_of("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
+                      "results.")
+rule_of("step-outcomes", "the spec sentence the scenario step cites (a step that expects an answer: a refused lease, "
+        "a refused release): the answer the step expects, and a refusal changes nothing")
 
 
 def client_outcomes(outcomes: list) -> list[CheckResult]:
@@ -474,6 +550,10 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
                         rows) for rule, (evidence, rows) in groups.items()]
 
 
+COALESCED_FORWARD = rule_of("coalesced-range-forward", "A pending coalesced row may only move its last nominal "
+                            "instant forward.")
+
+
 def coalesced_forward(observations: list[tuple[int, dict]]) -> CheckResult:
     """Across the states seen after each step, a pending coalesced row keeps its first instant and its last
     instant never moves back, until it is materialized or superseded."""
@@ -489,8 +569,11 @@ def coalesced_forward(observations: list[tuple[int, dict]]) -> CheckResult:
             elif later["last_nominal_utc"] < row["last_nominal_utc"]:
                 evidence.append({"after_step": step_a + 1, "pending_coalesced": row, "at_step": step_b + 1,
                                  "moved_back_to": later})
-    return CheckResult("coalesced-range-forward", "A pending coalesced row may only move its last nominal instant "
-                       "forward.", not evidence, evidence, rows)
+    return CheckResult("coalesced-range-forward", COALESCED_FORWARD, not evidence, evidence, rows)
+
+
+ONE_COALESCED_SEEN = rule_of("at-most-one-pending-coalesced-at-every-step", "Subsequent overlapping nominal instants "
+                             "are represented by at most one pending coalesced occurrence.")
 
 
 def one_pending_coalesced_seen(observations: list[tuple[int, dict]]) -> CheckResult:
@@ -505,8 +588,12 @@ def one_pending_coalesced_seen(observations: list[tuple[int, dict]]) -> CheckRes
             by_generation.setdefault(key[:2], []).append(row)
         evidence += [{"after_step": step + 1, "pending_coalesced": occs}
                      for occs in by_generation.values() if len(occs) > 1]
-    return CheckResult("at-most-one-pending-coalesced-at-every-step", "Subsequent overlapping nominal instants are "
-                       "represented by at most one pending coalesced occurrence.", not evidence, evidence, rows)
+    return CheckResult("at-most-one-pending-coalesced-at-every-step", ONE_COALESCED_SEEN, not evidence, evidence, rows)
+
+
+LATE_WRITES = rule_of("late-writes-fenced", "A trusted dispatcher claims one payload-free dispatch queue row under a "
+                      "lease and commits before accessing scoped data. (A lease that expired and was taken over "
+                      "fences every later write of its holder.)")
 
 
 def late_writes(before: dict, after: dict, context: dict) -> CheckResult:
@@ -515,6 +602,113 @@ def late_writes(before: dict, after: dict, context: dict) -> CheckResult:
                if before[table] != after[table]}
     evidence = [{"schedule_id": context.get("schedule_id"), "barrier": context.get("barrier"), "changed": changed}] \
         if changed else []
-    return CheckResult("late-writes-fenced", "A trusted dispatcher claims one payload-free dispatch queue row under a "
-                       "lease and commits before accessing scoped data. (A lease that expired and was taken over "
-                       "fences every later write of its holder.)", not evidence, evidence, len(before))
+    return CheckResult("late-writes-fenced", LATE_WRITES, not evidence, evidence, len(before))
+
+
+OUTCOME_HONESTY = rule_of("outcome-honesty", "`fail` tells the host nothing was applied: an operation answers `fail` "
+                          "only when none of its transactions committed. (Seen by the verifier: an after-commit barrier "
+                          "the implementation reported while the request ran, or the server's fate `committed` of the "
+                          "transaction open at the faulted barrier.)")
+
+
+def outcome_honesty(answers: list[dict], fate: str | None) -> CheckResult:
+    """Every answer of the implementation against the transaction fates the verifier knows: a `fail` for a request
+    that committed anything (the claim's lease included) is a wrong `fail`."""
+    evidence = []
+    for answer in answers:
+        if answer["outcome"] != "fail":
+            continue
+        committed = list(answer["committed"])
+        if answer["faulted"] and fate == "committed":
+            committed.append(f"{answer['faulted']} (the server committed the transaction open there)")
+        if committed:
+            evidence.append({"request": answer["op"], "instance": answer["instance"], "outcome": "fail",
+                             "committed_during_the_request": committed, "error": answer.get("error"),
+                             "problem": answer.get("problem")})
+    return CheckResult("outcome-honesty", OUTCOME_HONESTY, not evidence, evidence, len(answers))
+
+
+CLIENT_DEADLINE = rule_of(
+    "client-deadline",
+    "A lost COMMIT reply must turn into an error within it, not a hang. (Within CRASHPROOF_DEADLINE_S the "
+    "implementation gives up on the round trip and closes its connection; the host holds the lost reply "
+    "for the deadline plus a margin, and a connection still open then is a missing deadline.)")
+
+
+def client_deadline(details: dict) -> CheckResult | None:
+    """Whether the implementation abandoned a connection whose COMMIT reply was held lost (None: not held)."""
+    if "deadline_s" not in details:
+        return None
+    kept = details.get("connection_kept_past_deadline_s")
+    evidence = [] if kept is None else [{"reply_lost_for_s": kept, "connection_still_open": True,
+                                         "deadline_s": details["deadline_s"],
+                                         "margin_s": details["deadline_margin_s"]}]
+    return CheckResult("client-deadline", CLIENT_DEADLINE, not evidence, evidence, 1)
+
+
+IDLE_CURSOR = rule_of(
+    "idle-pass-keeps-cursor",
+    "A cutoff at or behind the cursor is a no-op. (So is a pass with no instant due in (cursor_utc, "
+    "cutoff_utc]: the cursor moves only in a decision that disposes of at least one due instant, to that "
+    "decision's cutoff. Seen on the raw cursor after every step.)")
+
+
+def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:
+    """Between the states seen after consecutive steps, a cursor that moved while nothing was decided for its
+    schedule (no occurrence added or extended, no recovery skipped, no new generation) moved on an idle pass."""
+    evidence = []
+    rows = 0
+    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+        for schedule_id, before in seen_a.get("cursors", {}).items():
+            after = seen_b.get("cursors", {}).get(schedule_id)
+            if after is None:
+                continue
+            rows += 1
+            decided = any(before[k] != after[k] for k in ("active_generation", "occurrences", "last_decided", "skipped"))
+            if after["cursor_utc"] != before["cursor_utc"] and not decided:
+                evidence.append({"schedule_id": schedule_id, "after_step": step_a + 1, "at_step": step_b + 1,
+                                 "cursor_before": instant_text(before["cursor_utc"]),
+                                 "cursor_after": instant_text(after["cursor_utc"]), "decided_meanwhile": "nothing"})
+    return CheckResult("idle-pass-keeps-cursor", IDLE_CURSOR, not evidence, evidence, rows)
+
+
+HISTORY_ROWS = rule_of(
+    "processor-history",
+    "Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
+    "create a new Schedule identity after resolving the cause. (The processor writes one schedule_history "
+    "row `suspended` with detail.reason in the transaction that suspends, and one `recovery-skipped` with "
+    "detail.first_nominal_utc and detail.last_nominal_utc in the transaction that skips a recovery range; "
+    "other history rows are free.)")
+PROCESSOR_EVENTS = ("suspended", "recovery-skipped")
+
+
+def _history_event(row: dict) -> tuple:
+    detail = row["detail"] or {}
+    if row["event"] == "suspended":
+        return "suspended", detail.get("reason")
+    return "recovery-skipped", _instant_or_text(detail.get("first_nominal_utc")), \
+        _instant_or_text(detail.get("last_nominal_utc"))
+
+
+def _instant_or_text(value: Any) -> Any:
+    try:
+        return instant_text(_instant(value))
+    except (AttributeError, TypeError, ValueError):
+        return value
+
+
+def history_agreement(state: StoreState, schedule_ids: dict[str, Any], model) -> CheckResult:
+    """The processor's history rows per schedule, in order, against the events the model says it must write."""
+    evidence = []
+    rows = 0
+    for name, schedule_id in sorted(schedule_ids.items()):
+        schedule = model.schedules.get(name)
+        expected = [e if e[0] == "suspended" else (e[0], instant_text(e[1]), instant_text(e[2]))
+                    for e in (schedule.events if schedule else [])]
+        written = sorted((h for h in state.history if h["schedule_id"] == schedule_id and h["event"] in PROCESSOR_EVENTS),
+                         key=lambda h: h["recorded_at_utc"])
+        rows += len(written)
+        got = [_history_event(h) for h in written]
+        if got != expected:
+            evidence.append({"schedule": name, "history": got, "model": expected})
+    return CheckResult("processor-history", HISTORY_ROWS, not evidence, evidence, rows)

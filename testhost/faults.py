@@ -43,20 +43,25 @@ class Fault(Protocol):
 
 
 def open_write_xid(run: "CaseRun", barrier: Barrier) -> int | None:
-    """The xid of the implementation's open write transaction at a before-commit barrier, when it is the only
-    one on the case's database (with two processors racing, whose it is cannot be told, so none).
+    return open_write_backend(run, barrier)[0]
+
+
+def open_write_backend(run: "CaseRun", barrier: Barrier) -> tuple[int | None, int | None]:
+    """The xid of the implementation's open write transaction at a before-commit barrier and the server pid of its
+    connection, when it is the only one on the case's database (with two processors racing, whose it is cannot be
+    told, so none).
 
     At the barrier the implementation waits for the host's reply, so the one session holding an xid on the
     case's database is its transaction (the host's own sessions there hold none between statements). The
     session's state is not read: the world runs with track_activities off."""
     if not barrier.before_commit or run.concurrent:
-        return None
+        return None, None
     with run.world.admin() as conn:
         rows = conn.execute(
-            "select backend_xid::text::bigint from pg_stat_activity where datname = %s "
+            "select backend_xid::text::bigint, pid from pg_stat_activity where datname = %s "
             "and backend_xid is not null and pid <> pg_backend_pid()",
             (run.store.dbname,)).fetchall()
-    return rows[0][0] if len(rows) == 1 else None
+    return (rows[0][0], rows[0][1]) if len(rows) == 1 else (None, None)
 
 
 class Kill:
@@ -82,26 +87,42 @@ class Disconnect:
         run.world.proxy.cut()
 
 
+# Scenarios whose lost COMMIT replies are held past the client deadline (tagged in their `covers`): between them
+# they reach every before-commit barrier. Each held case costs the implementation's whole deadline, so the matrix
+# holds these first hits only; a missing deadline shows there already.
+DEADLINE_COVER = "client-deadline"
+# How long past CRASHPROOF_DEADLINE_S a lost COMMIT reply is held before the implementation counts as having no
+# deadline. Generous on purpose: a deadline timer fires late on a loaded 2-core machine running three cases side by
+# side (scheduling delays of a second were seen there), and a margin that flakes would fail correct implementations;
+# an implementation with no deadline at all hangs forever, so any finite margin catches it.
+DEADLINE_MARGIN_S = 3.0
+
+
 class LostCommitReply:
-    """Drop server→client bytes, release the barrier: COMMIT reaches the server, its reply never returns."""
+    """Drop server→client bytes, release the barrier: COMMIT reaches the server, its reply never returns. The reply
+    stays lost until the implementation abandons the connection, for at most the client deadline plus a margin."""
 
     name, needs = "lost-commit-reply", (NETWORK,)
     settle_s = 0.5
     commit_timeout_s = 15.0
+    deadline_margin_s = DEADLINE_MARGIN_S
 
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.position == "before-commit" else "only a before-commit barrier has a commit to lose"
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run, barrier)
+        injection.open_xid, backend = open_write_backend(run, barrier)
         run.world.proxy.blackhole_replies()
+        held_from = time.monotonic()
         # Removing the toxic closes the connection, so heal only once the server has finished the transaction
-        # (or, for one that wrote nothing, after a moment): the reply to its COMMIT is then surely lost.
-        healer = threading.Thread(target=self._heal_after_commit, args=(run, injection), daemon=True)
+        # (or, for one that wrote nothing, after a moment) and the implementation's own deadline gave up on it:
+        # the reply to its COMMIT is then surely lost, and the deadline surely exercised.
+        healer = threading.Thread(target=self._heal_after_commit, args=(run, injection, backend, held_from),
+                                  daemon=True)
         healer.start()
         run.on_recovery.append(healer.join)
 
-    def _heal_after_commit(self, run, injection: Injection) -> None:
+    def _heal_after_commit(self, run, injection: Injection, backend: int | None, held_from: float) -> None:
         try:
             if injection.open_xid is None:
                 time.sleep(self.settle_s)
@@ -112,11 +133,30 @@ class LostCommitReply:
                     fate = conn.execute("select pg_xact_status(%s::text::xid8)", (str(injection.open_xid),)).fetchone()[0]
                     if fate != "in progress":
                         injection.details["server_fate_before_heal"] = fate
-                        return
+                        break
                     time.sleep(0.01)
-                injection.details["server_fate_before_heal"] = "still in progress"
+                else:
+                    injection.details["server_fate_before_heal"] = "still in progress"
+                    return
+                if backend is not None and run.plan.hit == 1 and DEADLINE_COVER in run.scenario.covers:
+                    self._hold_until_abandoned(run, conn, injection, backend, held_from)
         finally:
             run.world.proxy.heal()
+
+    def _hold_until_abandoned(self, run, conn, injection: Injection, backend: int, held_from: float) -> None:
+        """Keep the reply lost until the server sees the implementation close the connection (its deadline fired),
+        or until the deadline plus the margin passed: then the implementation is recorded as having none."""
+        from .runner import DEADLINE_S
+
+        limit = held_from + DEADLINE_S + self.deadline_margin_s
+        injection.details["deadline_s"], injection.details["deadline_margin_s"] = DEADLINE_S, self.deadline_margin_s
+        while time.monotonic() < limit:
+            if conn.execute("select not exists (select 1 from pg_stat_activity where pid = %s)",
+                            (backend,)).fetchone()[0]:
+                injection.details["connection_abandoned_after_s"] = round(time.monotonic() - held_from, 3)
+                return
+            time.sleep(0.02)
+        injection.details["connection_kept_past_deadline_s"] = round(time.monotonic() - held_from, 3)
 
 
 class DbCrash:

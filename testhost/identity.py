@@ -8,10 +8,14 @@ import uuid
 from datetime import datetime, timezone
 
 
+def instant_text(when: datetime) -> str:
+    """An instant in the protocol's text form: RFC 3339 UTC with six fractional digits and `Z`."""
+    utc = when.astimezone(timezone.utc)
+    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
+
+
 def canonical(scope_id: str, schedule_id: uuid.UUID, generation: int, kind: str, first_nominal_utc: datetime) -> str:
-    utc = first_nominal_utc.astimezone(timezone.utc)
-    instant = f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
-    return f"{scope_id}|{schedule_id}|{generation}|{kind}|{instant}"
+    return f"{scope_id}|{schedule_id}|{generation}|{kind}|{instant_text(first_nominal_utc)}"
 
 
 def expected_work(scope_id: str, schedule_id: uuid.UUID, generation: int, kind: str, first_nominal_utc: datetime,

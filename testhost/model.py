@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .identity import instant_text
+
 TERMINAL = {"succeeded", "failed", "canceled"}
 MAX_INSTANTS = 100_000  # a brute-force enumeration bound; an anomaly is found long before
 
@@ -79,6 +81,12 @@ class Schedule:
     lifecycle: str = "active"
     suspension: str | None = None
     occurrences: list[Occurrence] = field(default_factory=list)
+    # The schedule_history rows the processor must write: ("suspended", reason), ("recovery-skipped", first, last).
+    events: list[tuple] = field(default_factory=list)
+
+    def suspend(self, reason: str) -> None:
+        self.lifecycle, self.suspension = "suspended", reason
+        self.events.append(("suspended", reason))
 
     @property
     def active(self) -> Generation:
@@ -187,15 +195,15 @@ class Model:
 
     def _process(self, s: Schedule, cutoff: datetime) -> None:
         if s.epoch != self.epoch:
-            s.lifecycle, s.suspension = "suspended", "runtime-epoch"
+            s.suspend("runtime-epoch")
             return
         if s.scope_generation != self.scope_generation:
-            s.lifecycle, s.suspension = "suspended", "scope-generation"
+            s.suspend("scope-generation")
             return
         instants = s.active.instants_between(s.cursor, cutoff) if cutoff > s.cursor else []
         if instants:
             if cutoff - instants[0] > s.active.window:
-                s.lifecycle, s.suspension = "suspended", "clock-anomaly"
+                s.suspend("clock-anomaly")
                 return
             self._dispose(s, instants)
             s.cursor = cutoff
@@ -204,6 +212,7 @@ class Model:
     def _dispose(self, s: Schedule, instants: list[datetime]) -> None:
         kind = "nominal" if len(instants) == 1 else "recovery"
         if kind == "recovery" and s.active.misfire == "skip":
+            s.events.append(("recovery-skipped", instants[0], instants[-1]))
             return
         if s.slot_held():
             waiting = s.pending_coalesced()
@@ -221,7 +230,7 @@ class Model:
         if not waiting:
             return
         if (s.name, waiting[0].generation, waiting[0].kind, waiting[0].first) in self.planted:
-            s.lifecycle, s.suspension = "suspended", "idempotency-conflict"  # a mismatch links nothing
+            s.suspend("idempotency-conflict")  # a mismatch links nothing
             return
         waiting[0].state, waiting[0].work = "materialized", "pending"
 
@@ -244,5 +253,6 @@ def picture(model: Model) -> dict:
                          (o.last - ref) // timedelta(microseconds=1), o.state,
                          o.work if o.state == "materialized" else None))
         out[name] = {"lifecycle": s.lifecycle, "suspension": s.suspension, "generation": s.active.number,
-                     "cursor_instant": cursor_instant(s.active, s.cursor), "occurrences": sorted(occs)}
+                     "cursor_instant": cursor_instant(s.active, s.cursor), "occurrences": sorted(occs),
+                     "references": {g.number: instant_text(g.reference) for g in s.generations}}
     return out

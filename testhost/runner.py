@@ -17,8 +17,10 @@ from typing import Any
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
-from .checks import (CheckResult, client_outcomes, coalesced_forward, equivalence, expectations, late_writes,
-                     model_agreement, normalize, one_pending_coalesced_seen, universal, vacuity)
+from .checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
+                     client_outcomes, coalesced_forward, equivalence, expectations, history_agreement, idle_cursor,
+                     late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty, universal,
+                     vacuity)
 from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
@@ -116,6 +118,10 @@ class CaseRun:
         self.drained_at: datetime | None = None
         self._partitioned_month: tuple[int, int] | None = None  # its partition and the next one exist
         self.planted: set = set()
+        # Per request to an implementation: its outcome, the after-commit barriers it reported meanwhile and the
+        # barrier where the fault fired during it, to judge a `fail` against what the verifier knows committed.
+        self.answers: list[dict] = []
+        self._asking: dict[str, dict] = {}
 
     @property
     def owner(self) -> KeptSession:
@@ -151,6 +157,12 @@ class CaseRun:
             if fire:
                 self.injection = Injection(self.plan.fault, name, context=dict(context))
         self.note("barrier", instance=impl.label, name=name, context=context)
+        asked = self._asking.get(impl.label)
+        if asked is not None:
+            if BY_NAME[name].position == "after-commit":
+                asked["committed"].append(name)
+            if fire:
+                asked["faulted"] = name
         if fire:
             self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
             try:
@@ -189,8 +201,8 @@ class CaseRun:
         self.drained_at = self.world.clock.now()
         passes = 0
         while passes < MAX_DRAIN_PASSES and self.anything_due():
-            response = impl.request("process-due", {"maximum_schedules": 64,
-                                                    "lease_seconds": self.scenario.lease_seconds})
+            response = self._ask(impl, "process-due", {"maximum_schedules": 64,
+                                                       "lease_seconds": self.scenario.lease_seconds})
             passes += 1
             self.note("response", instance=impl.label, op="process-due", outcome=response.outcome,
                       value=response.value, error=response.error)
@@ -219,9 +231,19 @@ class CaseRun:
             rows = conn.execute("select schedule_id, generation, first_nominal_utc, last_nominal_utc, state "
                                 "from appsurface_durable.schedule_occurrences "
                                 "where occurrence_kind = 'coalesced'").fetchall()
+            # The raw cursor beside what was decided so far, to tell a cursor that moved with no decision.
+            cursors = conn.execute(
+                "select d.schedule_id::text as schedule_id, d.cursor_utc, d.active_generation, "
+                "(select count(*) from appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id) "
+                "as occurrences, (select max(last_nominal_utc) from appsurface_durable.schedule_occurrences o "
+                "where o.schedule_id = d.schedule_id) as last_decided, (select count(*) from "
+                "appsurface_durable.schedule_history h where h.schedule_id = d.schedule_id "
+                "and h.event = 'recovery-skipped') as skipped "
+                "from appsurface_durable.schedule_definitions d").fetchall()
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
-                                            "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"}}))
+                                            "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},
+                                            "cursors": {r["schedule_id"]: dict(r) for r in cursors}}))
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
         """Dispatch rows with their timing (one schedule's, or all)."""
@@ -275,7 +297,7 @@ class CaseRun:
         for attempt in range(attempts):
             impl = self.impls["A"]
             if impl.supports(op):
-                response = impl.request(op, args)
+                response = self._ask(impl, op, args)
             else:
                 self.fallbacks.add(op)
                 response = self._fallback(op, args)
@@ -347,7 +369,7 @@ class CaseRun:
                     request[key] = args[key]
             if "expect" in args:  # a pass the scenario expects an answer of, e.g. a refused lease
                 before = self._dispatch_rows()
-                response = self.impls[labels[0]].request("process-due", request)
+                response = self._ask(self.impls[labels[0]], "process-due", request)
                 self._record(response, "process-due", labels[0])
                 after = self._dispatch_rows()
                 refused_but_changed = ({"before": before, "after": after}
@@ -416,9 +438,20 @@ class CaseRun:
 
     def _respond(self, impl: Implementation, op: str, request: dict) -> None:
         try:
-            self._record(impl.request(op, request), op, impl.label)
+            self._record(self._ask(impl, op, request), op, impl.label)
         except AdapterProtocolError as exc:
             self._protocol_error = exc
+
+    def _ask(self, impl: Implementation, op: str, args: dict) -> Response:
+        """One request to an implementation, kept in `answers` with what committed while it ran."""
+        asked = self._asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
+        try:
+            response = impl.request(op, args)
+        finally:
+            self._asking.pop(impl.label, None)
+        self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
+                             "problem": response.problem})
+        return response
 
     def _record(self, response: Response, op: str, label: str = "A") -> None:
         self.note("response", instance=label, op=op, outcome=response.outcome, value=response.value,
@@ -464,20 +497,22 @@ class CaseRun:
     def _resolve(self, value: str, generation: dict) -> datetime:
         return relative(value, generation.get("accepted_at_utc"))
 
-    def _transaction_fate(self) -> CheckResult | None:
-        """What the server did with the transaction open at the barrier: the verifier confirms what committed."""
+    def _server_fate(self) -> str | None:
+        """What the server did with the transaction open at the faulted barrier, when the verifier can know."""
         if self.injection is None or self.injection.open_xid is None or self.plan.fault == "db-crash":
             # After a crash an xid whose WAL never reached disk can be handed out again, so its status says
             # nothing about the lost transaction; the durable-state checks judge db-crash cases instead.
             return None
-        expected = "committed" if self.plan.fault in ("lost-commit-reply", "pause") else "aborted"
         with self.owner() as conn:
-            fate = conn.execute("select pg_xact_status(%s::text::xid8) as fate",
+            return conn.execute("select pg_xact_status(%s::text::xid8) as fate",
                                 (str(self.injection.open_xid),)).fetchone()["fate"]
-        rule = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
-                "retry only after rollback." if expected == "aborted" else
-                "A rollback leaves neither durable fact; a retry sees the same occurrence identity and must return "
-                "the original target link rather than enqueue another Work.")
+
+    def _transaction_fate(self, fate: str | None) -> CheckResult | None:
+        """What the server did with the transaction open at the barrier: the verifier confirms what committed."""
+        if fate is None:
+            return None
+        expected = "committed" if self.plan.fault in ("lost-commit-reply", "pause") else "aborted"
+        rule = FATE_ABORTED if expected == "aborted" else FATE_COMMITTED
         return CheckResult("transaction-fate", rule, fate == expected,
                            [] if fate == expected else [{"xid": self.injection.open_xid, "fate": fate,
                                                          "expected": expected}], 1)
@@ -526,6 +561,7 @@ class CaseRun:
             checks = universal(state)
             checks.append(coalesced_forward(self.coalesced_seen))
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
+            checks.append(idle_cursor(self.coalesced_seen))
             if late_check is not None:
                 checks.append(late_check)
             if self.plan.fault is None or self.scenario.equivalence:
@@ -535,16 +571,18 @@ class CaseRun:
                 checks.append(vacuity(checks, self.scenario.expect))
             picture = normalize(state, self.schedule_ids)
             checks.append(model_agreement(picture, self.model))
+            checks.append(history_agreement(state, self.schedule_ids, self.model))
             checks.extend(client_outcomes(self.client_outcomes))
+            fate = self._server_fate()
+            checks.append(outcome_honesty(self.answers, fate))
             if self.plan.fault is not None:
                 fired = self.injection is not None
-                checks.append(CheckResult("planned-fault-fired", "harness: a planned barrier or fault that never "
-                                          "fired makes the run fail", fired,
+                checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,
                                           [] if fired else [{"barrier": self.plan.barrier, "hit": self.plan.hit,
                                                              "hits_seen": self.hits}], 1))
-                fate = self._transaction_fate()
-                if fate:
-                    checks.append(fate)
+                fate_check = self._transaction_fate(fate)
+                deadline_check = client_deadline(self.injection.details) if fired else None
+                checks += [c for c in (fate_check, deadline_check) if c is not None]
                 if baseline is not None and self.scenario.equivalence:
                     checks.append(equivalence(picture, baseline))
             outcome.checks, outcome.picture = checks, picture

@@ -54,3 +54,31 @@ def test_reference_adapter_speaks_the_registered_operations():
     from reference.adapter import OPERATIONS as REFERENCE_OPERATIONS
     assert set(MANDATORY) <= set(REFERENCE_OPERATIONS)
     assert set(REFERENCE_OPERATIONS) - {"get"} == {op.name for op in OPERATIONS}
+
+
+def test_every_check_the_harness_runs_is_on_the_protocol_page_with_its_rule():
+    import re
+
+    from testhost.checks import CHECKS
+    root = pathlib.Path(__file__).parent.parent
+    page = (root / "barriers" / "PROTOCOL.md").read_text()
+    used = set()
+    for source in ("testhost/checks.py", "testhost/runner.py"):
+        text = (root / source).read_text()
+        used |= set(re.findall(r'(?:CheckResult\(|invariant\(|rule_of\(\s*)"([a-z][a-z0-9-]+)"', text))
+    assert len(used) >= 30 and used <= set(CHECKS), used - set(CHECKS)
+    for name, rule in CHECKS.items():
+        assert f"| `{name}` | {rule.replace('|', '&#124;')} |" in page, name
+    for name in ("outcome-honesty", "client-deadline", "idle-pass-keeps-cursor", "processor-history"):
+        assert page.count(f"`{name}`") >= 2, f"{name} is in the table but no normative rule names it"
+
+
+def test_the_readings_certification_enforces_name_real_checks():
+    import re
+
+    from testhost.checks import CHECKS
+    notes = (pathlib.Path(__file__).parent.parent / "docs" / "protocol-notes.md").read_text()
+    table = notes.split("## Readings certification enforces", 1)[1].split("\n## ", 1)[0]
+    enforced_by = [line.rstrip(" |").rsplit("|", 1)[1] for line in table.splitlines() if line.startswith("| ")]
+    named = {name for cell in enforced_by for name in re.findall(r"`([a-z][a-z0-9-]+)`", cell)}
+    assert len(named) >= 15 and named <= set(CHECKS), named - set(CHECKS)

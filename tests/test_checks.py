@@ -243,3 +243,121 @@ def test_a_check_over_zero_rows_where_the_scenario_promised_some_fails_the_run()
     assert not result.ok and result.rule.startswith("harness:")
     assert {e["check"] for e in result.evidence} >= {"one-occurrence-per-identity", "deterministic-work-identity"}
     assert vacuity(universal(empty), {"report": {"lifecycle": "deleted"}}).ok  # nothing promised, nothing owed
+
+
+def _answer(outcome, committed=(), faulted=None, op="process-due"):
+    return {"instance": "A", "op": op, "outcome": outcome, "committed": list(committed), "faulted": faulted,
+            "error": {"kind": "x"} if outcome != "ok" else None, "problem": None}
+
+
+def test_a_fail_after_a_committed_transaction_of_the_request_is_a_wrong_fail():
+    from testhost.checks import outcome_honesty
+    honest = [_answer("ok", ["schedule-claim-after-commit"]), _answer("fail"),
+              _answer("unknown", faulted="schedule-decision-before-commit"),
+              _answer("fail", faulted="schedule-decision-before-commit")]
+    assert outcome_honesty(honest, "aborted").ok  # a `fail` whose faulted transaction the server aborted is true
+    # the server committed the transaction whose COMMIT reply was lost: that `fail` is a lie
+    lost = outcome_honesty(honest, "committed")
+    assert not lost.ok and lost.evidence[0]["committed_during_the_request"] == [
+        "schedule-decision-before-commit (the server committed the transaction open there)"]
+    assert "`fail` tells the host nothing was applied" in lost.rule
+    # a pass whose claim committed (an after-commit barrier seen) and whose decision then failed applied something
+    partial = outcome_honesty([_answer("fail", ["schedule-claim-after-commit"])], None)
+    assert not partial.ok and partial.evidence[0]["committed_during_the_request"] == ["schedule-claim-after-commit"]
+    assert outcome_honesty([_answer("unknown", ["schedule-claim-after-commit"])], "committed").ok
+    assert outcome_honesty([], None).rows == 0
+
+
+def test_a_connection_kept_open_past_the_deadline_and_its_margin_fails_the_client_deadline():
+    from testhost.checks import client_deadline
+    assert client_deadline({"server_fate_before_heal": "committed"}) is None  # the reply was not held
+    held = {"deadline_s": 2.0, "deadline_margin_s": 3.0}
+    assert client_deadline({**held, "connection_abandoned_after_s": 2.1}).ok
+    missed = client_deadline({**held, "connection_kept_past_deadline_s": 5.01})
+    assert not missed.ok and missed.evidence == [{"reply_lost_for_s": 5.01, "connection_still_open": True,
+                                                  "deadline_s": 2.0, "margin_s": 3.0}]
+    assert "A lost COMMIT reply must turn into an error within it, not a hang." in missed.rule
+
+
+def _cursors_seen(cursor_s, occurrences=1, last_s=60, skipped=0, generation=1):
+    return {"cursors": {str(S): {"schedule_id": str(S), "cursor_utc": T + timedelta(seconds=cursor_s),
+                                 "active_generation": generation, "occurrences": occurrences,
+                                 "last_decided": T + timedelta(seconds=last_s), "skipped": skipped}}}
+
+
+def test_a_cursor_moved_while_nothing_was_decided_is_an_idle_pass_moving_it():
+    from testhost.checks import idle_cursor
+    moved_with_a_decision = [(0, _cursors_seen(61)), (1, _cursors_seen(121, occurrences=2, last_s=120)), (2, _cursors_seen(121, 2, 120)),
+                             (3, _cursors_seen(181, 2, 180)), (4, _cursors_seen(241, 2, 180, skipped=1)), (5, _cursors_seen(250, 2, 180, 1, 2))]
+    assert idle_cursor(moved_with_a_decision).ok and idle_cursor(moved_with_a_decision).rows == 5
+    idle = idle_cursor([(0, _cursors_seen(61)), (1, _cursors_seen(95))])
+    assert not idle.ok and idle.evidence == [{"schedule_id": str(S), "after_step": 1, "at_step": 2,
+                                              "cursor_before": "2031-03-03T00:01:01.000000Z",
+                                              "cursor_after": "2031-03-03T00:01:35.000000Z",
+                                              "decided_meanwhile": "nothing"}]
+    assert "A cutoff at or behind the cursor is a no-op." in idle.rule
+    assert idle_cursor([(0, {"cursors": {}}), (1, _cursors_seen(1))]).rows == 0  # created in between: nothing to compare
+
+
+def _history(event, at_s, **detail):
+    return {"schedule_id": S, "event": event, "recorded_at_utc": T + timedelta(seconds=at_s), "detail": detail,
+            "generation": 1}
+
+
+def test_the_processor_history_rows_must_be_the_ones_the_model_expects():
+    from testhost.checks import history_agreement
+    from testhost.model import Generation, Model
+    model = Model()
+    model.create("n", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T, misfire="skip"))
+    model.pass_(T + timedelta(seconds=181))  # three instants: a recovery range, skipped
+    model.advance_epoch()
+    model.pass_(T + timedelta(seconds=241))  # the epoch fence suspends
+    assert model.schedules["n"].events == [("recovery-skipped", T + timedelta(seconds=60), T + timedelta(seconds=180)),
+                                            ("suspended", "runtime-epoch")]
+    written = [_history("created", 0), _history("recovery-skipped", 181, first_nominal_utc="2031-03-03T00:01:00Z",
+                                                last_nominal_utc="2031-03-03T00:03:00.000000Z", instants=3),
+               _history("recovery-declared", 181), _history("suspended", 241, reason="runtime-epoch")]
+    state = StoreState(T, [], [], [], [], [], written)
+    ok = history_agreement(state, {"n": S}, model)
+    assert ok.ok and ok.rows == 2  # created and recovery-declared are free
+    none = history_agreement(StoreState(T, [], [], [], [], [], []), {"n": S}, model)
+    assert not none.ok and none.evidence[0]["history"] == [] and none.evidence[0]["model"] == [
+        ("recovery-skipped", "2031-03-03T00:01:00.000000Z", "2031-03-03T00:03:00.000000Z"),
+        ("suspended", "runtime-epoch")]
+    wrong_reason = history_agreement(StoreState(T, [], [], [], [], [], written[:2] + [
+        _history("suspended", 241, reason="clock-anomaly")]), {"n": S}, model)
+    assert not wrong_reason.ok and "preserve their durable evidence" in wrong_reason.rule
+
+
+def test_the_model_takes_every_integer_n_of_an_every_grid_before_a_future_anchor():
+    from testhost.model import Generation
+    g = Generation(1, "every", T, every=timedelta(seconds=60), anchor=T + timedelta(seconds=1000))
+    assert g.instants_between(T, T + timedelta(seconds=101)) == [T + timedelta(seconds=40), T + timedelta(seconds=100)]
+    assert g.last_at_or_before(T + timedelta(seconds=39)) == T - timedelta(seconds=20)
+
+
+def test_model_agreement_and_equivalence_evidence_is_in_rfc_3339_instants():
+    from testhost.checks import model_agreement
+    from testhost.model import Generation, Model
+    model = Model()
+    model.create("r", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
+    model.pass_(T + timedelta(seconds=61))
+    database = {"r": {"lifecycle": "active", "suspension": None, "generation": 1, "cursor_instant": 180_000_000,
+                      "occurrences": [(1, "nominal", 60_000_000, 60_000_000, "pending", None)],
+                      "references": {"1": "2031-03-03T00:00:00.000000Z"}}}  # as a JSON round trip leaves it
+    result = model_agreement(database, model)
+    assert not result.ok
+    [evidence] = result.evidence
+    assert evidence["differs_in"] == ["cursor_instant", "occurrences"]
+    assert evidence["database"]["cursor_at_or_after"] == "2031-03-03T00:03:00.000000Z"
+    assert evidence["model"]["cursor_at_or_after"] == "2031-03-03T00:01:00.000000Z"
+    assert evidence["model"]["occurrences"] == [{"generation": 1, "kind": "nominal",
+                                                 "first_nominal_utc": "2031-03-03T00:01:00.000000Z",
+                                                 "last_nominal_utc": "2031-03-03T00:01:00.000000Z",
+                                                 "state": "materialized", "work": "pending"}]
+    assert "180000000" not in str(result.to_json()["evidence"])
+    different_run = {"r": {**database["r"], "references": {"1": "2031-03-03T00:00:00.5Z"}}}
+    assert equivalence(different_run, database).ok  # each run's own references are not compared
+    moved = equivalence({"r": {**database["r"], "cursor_instant": 240_000_000}}, database)
+    assert moved.evidence[0]["faulted"]["cursor_at_or_after"] == "2031-03-03T00:04:00.000000Z"
+    assert moved.evidence[0]["fault_free"]["cursor_at_or_after"] == "2031-03-03T00:03:00.000000Z"
