@@ -2,7 +2,8 @@
 # Starts the Go example implementation, for `crashproof certify --impl examples/go/run.sh`: builds it into
 # bin/ beside this script the first time (and again whenever a source changed), then execs the binary, so
 # the TestHost's signals reach the implementation itself. Build output goes to standard error: standard
-# output belongs to the adapter protocol.
+# output belongs to the adapter protocol. `run.sh --build-only` builds and exits (setup and CI run it, so no
+# case waits for a build).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$here/bin/crashproof-go-example"
@@ -25,5 +26,8 @@ if stale; then
             "$GO" build -buildvcs=false -o "$bin.$$" . && mv -f "$bin.$$" "$bin"
         fi
     ) 9>"$here/bin/.build-lock" 1>&2
+fi
+if [ "${1:-}" = "--build-only" ]; then
+    exit 0
 fi
 exec "$bin" "$@"
