@@ -149,7 +149,7 @@ func handle(p *processor, message map[string]any) map[string]any {
 	args, _ := message["args"].(map[string]any)
 	if message["op"] != "process-due" {
 		return map[string]any{"outcome": "fail", "error": map[string]any{"kind": "unknown-operation",
-			"message": fmt.Sprintf("operation %v is not offered (hello lists process-due only)", message["op"]),
+			"message":   fmt.Sprintf("operation %v is not offered (hello lists process-due only)", message["op"]),
 			"retriable": false}}
 	}
 	request, err := parseProcessRequest(args, p.owner)
