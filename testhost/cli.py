@@ -36,7 +36,8 @@ def cmd_mutants(args) -> int:
     from .certify import Options, default_jobs
     from .mutation import run_mutants
     try:
-        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs()), args.mutant,
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs(),
+                                      scenario=args.scenario), args.mutant,
                               exhaustive=not args.slice_only, impl=args.impl,
                               mutants_dir=Path(args.mutants) if args.mutants else None,
                               root=Path(args.root) if args.root else None, all_cases=args.all_cases)
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--mutants", help="a folder of *.patch files, each planting one bug in --impl's source and "
                          "naming in its preamble the Rule that must catch it (see examples/go/mutants)")
     mutants.add_argument("--root", help="the folder the patches apply to (default: the parent of --mutants)")
+    mutants.add_argument("--scenario", help="only scenarios matching this glob (census, slices and matrix)")
     mutants.add_argument("--all-cases", action="store_true", help="run every case of the matrix for every mutant, "
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)

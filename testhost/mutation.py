@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutants import MUTANTS, Mutant, migrations_dir
-from scenarios.matrix import expand
+from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
 from .certify import Options, Pool, Progress, _pool_factory, _worker_run, declared_operations, run_cases
@@ -71,9 +71,11 @@ def select_mutants(names: str | None) -> list[Mutant]:
     return chosen
 
 
-def plan_slices(mutants: list, census: dict[str, dict[str, int]], offered: set[str] | None = None):
-    """Every case of the matrix, and per mutant the cases its slice names (fault-free runs by scenario name)."""
-    scenarios = load_catalog()
+def plan_slices(mutants: list, census: dict[str, dict[str, int]], offered: set[str] | None = None,
+                scenario: str | None = None):
+    """Every case of the matrix (of the scenarios matching `scenario`), and per mutant the cases its slice names
+    (fault-free runs by scenario name)."""
+    scenarios = select(load_catalog(), scenario)
     faulted, _ = expand(scenarios, census, FAULTS, offered=offered)
     fault_free = [CasePlan(s.name) for s in scenarios]
     matrix = fault_free + faulted
@@ -154,10 +156,12 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     log_dir = Path(tempfile.mkdtemp(prefix="crashproof-mutant-logs-"))
     runner = MutantRun(options, log_dir)
     try:
-        census_cases = runner.run([(control_command, None, CasePlan(s.name)) for s in load_catalog()],
+        census_cases = runner.run([(control_command, None, CasePlan(s.name))
+                                   for s in select(load_catalog(), options.scenario)],
                                   "census (unmutated implementation)")
         census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
-        matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]))
+        matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
+                                     options.scenario)
         control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
         control_ids = {p.id for p in control_plans}
         control = [c for _, c in census_cases if c["id"] in control_ids]

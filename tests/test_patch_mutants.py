@@ -91,3 +91,19 @@ def test_a_go_mutant_is_killed_by_its_slice_and_the_unpatched_go_example_passes_
     [entry] = report["mutants"]
     assert entry["rule_named"] and "deterministic-work-identity" in entry["checks_named"]
     assert entry["caught_by"] == ["at-single"]
+
+
+@pytest.mark.world
+def test_all_cases_runs_every_case_of_a_killed_mutant_not_only_until_the_kill(tmp_path, capsys):
+    """Killed by its first case (at-single), the mutant still runs the scenario's whole matrix with --all-cases,
+    and every faulted case of it fails too, each naming the rule."""
+    from testhost.cli import main
+    code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--mutant",
+                 "work-identity-from-bridge-time", "--scenario", "at-single", "--all-cases", "--jobs", "2",
+                 "--report-dir", str(tmp_path)])
+    capsys.readouterr()
+    report = json.loads((tmp_path / "mutants.json").read_text())
+    [entry] = report["mutants"]
+    assert code == 0 and report["all_cases"] and entry["rule_named"]
+    faulted = [case for case in entry["caught_by"] if case.count("/") == 3]
+    assert entry["cases_run"] > 20 and len(faulted) == entry["cases_run"] - 1, entry
