@@ -295,7 +295,7 @@ class CaseRun:
             if response.died:
                 self.impls["A"] = self.start_implementation("A")
             if op == "complete-work" and self._work_state(args["work_id"]) == args["state"]:
-                return Response("ok", value="applied by an earlier attempt")
+                return Response("ok", value=self._work_row(args["work_id"]))  # applied by an earlier attempt
         return response
 
     def _fallback_with_retry(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
