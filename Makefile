@@ -5,6 +5,9 @@ PYTEST_ARGS ?=
 REPORT_DIR ?= report
 # Worlds side by side; empty: crashproof's default, one per core and one more.
 JOBS ?=
+# The implementation to certify: empty for the reference, `go` for examples/go, or any command line.
+IMPL ?=
+IMPL_COMMAND = $(if $(filter go,$(IMPL)),examples/go/run.sh,$(IMPL))
 
 .PHONY: setup test certify mutants bench clean
 
@@ -15,13 +18,15 @@ test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 certify: setup
-	$(VENV)/bin/crashproof certify $(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
+	$(VENV)/bin/crashproof certify $(if $(IMPL_COMMAND),--impl '$(IMPL_COMMAND)') $(if $(JOBS),--jobs $(JOBS)) \
+		--report-dir $(REPORT_DIR)
 
 mutants: setup
-	$(VENV)/bin/crashproof mutants $(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
+	$(VENV)/bin/crashproof mutants $(if $(filter go,$(IMPL)),--impl examples/go/run.sh --mutants examples/go/mutants) \
+		$(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
 
 bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .hypothesis examples/go/bin

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .catalog import BY_NAME, CATALOG, SPEC_NAMES, Barrier
+from .catalog import BY_NAME, CATALOG, SPEC_NAMES, Barrier, required_of
 
-__all__ = ["BY_NAME", "CATALOG", "SPEC_NAMES", "Barrier", "UnknownBarrier", "enable", "disable", "hit"]
+__all__ = ["BY_NAME", "CATALOG", "SPEC_NAMES", "Barrier", "required_of", "UnknownBarrier", "enable", "disable", "hit"]
 
 Sink = Callable[[str, dict[str, Any]], None]
 _sink: Sink | None = None

@@ -19,6 +19,9 @@ class Barrier:
     commit: str
     durable_if_killed_here: str
     from_spec: bool = False
+    # The adapter operation whose code reaches it. An implementation that does not offer that operation
+    # never runs this transaction: the host's fallback does, so the barrier is not required of it.
+    operation: str = "process-due"
 
     @property
     def before_commit(self) -> bool:
@@ -41,11 +44,19 @@ CATALOG: tuple[Barrier, ...] = (
     Barrier("schedule-link-after-commit", "scoped bridge", "after-commit", "bridge",
             "the accepted Work, the link with its exact identity, the materialized state and the lease release", True),
     Barrier("work-terminal-before-commit", "Work terminal", "before-commit", "work-terminal",
-            "the Work is still nonterminal and no dispatch row was requeued"),
+            "the Work is still nonterminal and no dispatch row was requeued", operation="complete-work"),
     Barrier("work-terminal-after-commit", "Work terminal", "after-commit", "work-terminal",
-            "the terminal Work state and, if a pending coalesced occurrence waits, the requeued dispatch row"),
+            "the terminal Work state and, if a pending coalesced occurrence waits, the requeued dispatch row",
+            operation="complete-work"),
 )
 
 BY_NAME = {barrier.name: barrier for barrier in CATALOG}
+
+
+def required_of(operations) -> set[str]:
+    """The barriers an implementation offering these operations must reach where the reference does."""
+    return {b.name for b in CATALOG if b.operation in operations}
+
+
 SPEC_NAMES = ("schedule-decision-before-commit", "schedule-decision-after-commit", "schedule-bridge-before-commit",
               "schedule-link-after-commit", "schedule-work-after-acceptance")

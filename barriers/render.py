@@ -156,10 +156,13 @@ def render() -> str:
     out += ["## Barriers", "",
             "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
             "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "
-            "`inside` barriers mid-transaction. A barrier you never reach in a scenario where the reference reaches "
-            "it fails that case (a planned barrier that never fired).", "",
-            "| barrier | transaction | position | durable if the process dies here |", "|---|---|---|---|"]
-    out += [f"| `{b.name}`{' (spec)' if b.from_spec else ''} | {b.transaction} | {b.position} | "
+            "`inside` barriers mid-transaction. A barrier of an operation you offer that you never reach in a "
+            "scenario where the reference reaches it fails that case (a planned barrier that never fired). A barrier "
+            "of an operation you do not offer is the fallback's: it is neither required of you nor planned, and the "
+            "report lists it as skipped with that reason.", "",
+            "| barrier | operation | transaction | position | durable if the process dies here |",
+            "|---|---|---|---|---|"]
+    out += [f"| `{b.name}`{' (spec)' if b.from_spec else ''} | `{b.operation}` | {b.transaction} | {b.position} | "
             f"{b.durable_if_killed_here} |" for b in CATALOG]
     out += ["", "## Deterministic Work identity", "",
             "The checks recompute the Work identity of every materialized occurrence and compare it with your link "

@@ -31,8 +31,9 @@ def select(scenarios: list[Scenario], pattern: str | None) -> list[Scenario]:
 
 
 def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults: dict, *,
-           barrier: str | None = None, fault: str | None = None, repeat: int = 1):
-    """Case plans for every reachable combination, and the combinations skipped with the reason."""
+           barrier: str | None = None, fault: str | None = None, repeat: int = 1, offered: set[str] | None = None):
+    """Case plans for every reachable combination, and the combinations skipped with the reason. A barrier of
+    an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's."""
     from testhost.runner import CasePlan
 
     plans, skipped = [], []
@@ -40,6 +41,11 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
         hits = census.get(scenario.name, {})
         for b in CATALOG:
             if barrier and b.name != barrier:
+                continue
+            if offered is not None and b.operation not in offered:
+                skipped.append(Skipped(scenario.name, b.name, fault or "*",
+                                       f"{b.name} sits in {b.operation}, which the implementation does not offer: "
+                                       f"the harness's fallback runs that transaction, not the implementation"))
                 continue
             if not hits.get(b.name):
                 skipped.append(Skipped(scenario.name, b.name, fault or "*",

@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from barriers import CATALOG
+from barriers import CATALOG, required_of
 from reports import report as reports
 from scenarios.matrix import expand, select
 from scenarios.model import Scenario, load_catalog
@@ -230,20 +230,43 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
                         str(log_dir), progress, _case_worker(options))
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
-                            repeat=options.repeat)
+                            repeat=options.repeat, offered=declared_operations(results))
     return results, census, plans, skipped
 
 
+def declared_operations(results: list[dict]) -> set[str] | None:
+    """The operations the implementation's hello declared (None: no case got as far as its hello)."""
+    for result in results:
+        if result["case"].get("operations"):
+            return set(result["case"]["operations"])
+    return None
+
+
 def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> None:
-    """A barrier the reference reaches in a scenario must be reached by the implementation too: a planned
-    barrier that never fires would leave its faults untested."""
-    missing = sorted(set(reference_hits) - set(case["barrier_hits"]))
+    """A barrier the reference reaches in a scenario must be reached by the implementation too, when it sits in
+    an operation the implementation offers: a planned barrier that never fires would leave its faults untested.
+    The barriers of an operation it does not offer are the fallback's, not required of it."""
+    required = required_of(case.get("operations") or ["process-due"])
+    missing = sorted((set(reference_hits) & required) - set(case["barrier_hits"]))
     check = {"name": "barrier-coverage", "rule": "harness: a planned barrier that never fired makes the run fail",
-             "ok": not missing, "rows": len(reference_hits),
-             "evidence": [{"not_reached": missing, "reference_reaches": sorted(reference_hits)}] if missing else []}
+             "ok": not missing, "rows": len(set(reference_hits) & required),
+             "evidence": [{"not_reached": missing, "reference_reaches": sorted(reference_hits),
+                           "fallback_runs": sorted(set(reference_hits) - required)}] if missing else []}
     case["checks"].append(check)
     if missing and case["verdict"] == "pass":
         case["verdict"], case["reason"] = "fail", "barrier-coverage"
+
+
+def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
+    """The certificate's sentence on what the harness's fallbacks did instead of the implementation."""
+    if not fallback_cases:
+        return ""
+    note = ("steps the implementation does not offer ran through the reference client or Work store over the "
+            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
+    if fallback_barriers:
+        note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
+                 "required of the implementation nor planned as its cases")
+    return note
 
 
 def census(options: Options):
@@ -290,6 +313,7 @@ def certify(options: Options) -> tuple[int, dict]:
         environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
         stage = _schema_stage(options, pool, log_dir)
         census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir)
+        offered = declared_operations(census_results)
         if options.command != REFERENCE_COMMAND:
             reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "migrations": None})
             _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir)
@@ -308,20 +332,24 @@ def certify(options: Options) -> tuple[int, dict]:
     if options.scenario is None and options.barrier is None:
         reached = {name for hits in census_hits.values() for name in hits}
         for barrier in CATALOG:
+            if offered is not None and barrier.operation not in offered:
+                continue  # the fallback's barrier: listed under fallback_barriers, not required
             if barrier.name not in reached:
                 run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
     identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
     fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
+    fallback_cases = {op: sorted(c["id"] for c in cases if op in c.get("fallbacks", [])) for op in fallbacks}
+    fallback_barriers = sorted(b.name for b in CATALOG if offered is not None and b.name not in required_of(offered))
     # What actually started the implementation (a fork server that failed falls back to spawning).
     launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"] if e["event"] == "start"})) or (
         "spawn" if options.launcher == "spawn" or not module_command(shlex.split(options.command)) else "fork-server")
     report = reports.build(
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
-                        "identity": identity, "launcher": launched, "fallbacks": fallbacks,
-                        "fallback_note": ("set-up steps the implementation does not offer ran through the reference "
-                                          "client over the normative schema: " + ", ".join(fallbacks)) if fallbacks
-                        else ""},
+                        "identity": identity, "launcher": launched,
+                        "operations": sorted(offered or []), "fallbacks": fallbacks,
+                        "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
+                        "fallback_note": fallback_note(fallback_cases, fallback_barriers)},
         environment=environment,
         run={"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
              "selection": {"scenario": options.scenario, "barrier": options.barrier, "fault": options.fault,

@@ -37,8 +37,11 @@ def cmd_mutants(args) -> int:
     from .certify import Options, default_jobs
     from .mutation import run_mutants
     try:
-        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs()), args.mutant,
-                              exhaustive=not args.slice_only)
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs(),
+                                      scenario=args.scenario), args.mutant,
+                              exhaustive=not args.slice_only, impl=args.impl,
+                              mutants_dir=Path(args.mutants) if args.mutants else None,
+                              root=Path(args.root) if args.root else None, all_cases=args.all_cases)
     except ValueError as exc:
         raise TestHostError(str(exc)) from None
     return code
@@ -132,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--mutant", help="only mutants matching these comma-separated globs")
     mutants.add_argument("--slice-only", action="store_true", help="run only each mutant's slice (and the reference "
                          "on the same slices), not the rest of the matrix for a mutant the slice misses")
+    mutants.add_argument("--impl", help="an implementation's command line; its mutants are the patches in --mutants "
+                         "(default: the reference and its built-in mutants)")
+    mutants.add_argument("--mutants", help="a folder of *.patch files, each planting one bug in --impl's source and "
+                         "naming in its preamble the Rule that must catch it (see examples/go/mutants)")
+    mutants.add_argument("--root", help="the folder the patches apply to (default: the parent of --mutants)")
+    mutants.add_argument("--scenario", help="only scenarios matching this glob (census, slices and matrix)")
+    mutants.add_argument("--all-cases", action="store_true", help="run every case of the matrix for every mutant, "
+                         "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
 
     listing = sub.add_parser("barriers", help="list the barrier catalog")

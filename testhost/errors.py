@@ -33,3 +33,8 @@ class ClockUnavailable(TestHostError):
 
 class DockerUnavailable(TestHostError):
     """`--docker` was asked for but no Docker engine answers."""
+
+
+class FallbackFailed(TestHostError):
+    """The harness's own fallback (the reference client or Work store standing in for an operation the
+    implementation does not offer) could not complete a step: a harness-side error, never the implementation's."""

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutants import MUTANTS, Mutant, migrations_dir
-from scenarios.matrix import expand
+from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
-from .certify import Options, Pool, Progress, _pool_factory, _worker_run, run_cases
+from .certify import Options, Pool, Progress, _pool_factory, _worker_run, declared_operations, run_cases
 from .faults import FAULTS
+from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
 
 
@@ -29,7 +30,7 @@ from .runner import REFERENCE_COMMAND, CasePlan
 class Verdict:
     """What the matrix made of one mutant."""
 
-    mutant: Mutant
+    mutant: Mutant | PatchMutant
     cases_run: int = 0
     failed: list[dict] = field(default_factory=list)  # {"id", "checks": [(name, rule)]}
     errors: list[str] = field(default_factory=list)
@@ -40,8 +41,11 @@ class Verdict:
 
     @property
     def naming(self) -> list[dict]:
-        """The failed cases whose diagnosis names the broken rule."""
-        return [c for c in self.failed if any(self.mutant.rule in rule for _, rule in c["checks"])]
+        """The failed cases whose diagnosis names the broken rule (its sentence, or the check's name)."""
+        return [c for c in self.failed if any(self._names(name, rule) for name, rule in c["checks"])]
+
+    def _names(self, name: str, rule: str) -> bool:
+        return self.mutant.rule in rule or self.mutant.rule == name
 
     @property
     def killed(self) -> bool:
@@ -50,7 +54,7 @@ class Verdict:
     def to_json(self) -> dict:
         # Once killed, report only the cases and checks that name the broken rule; else every failure seen.
         cases = self.naming or self.failed
-        checks = {name for c in cases for name, rule in c["checks"] if not self.killed or self.mutant.rule in rule}
+        checks = {name for c in cases for name, rule in c["checks"] if not self.killed or self._names(name, rule)}
         return {"mutant": self.mutant.name, "rule": self.mutant.rule, "description": self.mutant.description,
                 "caught": self.caught, "rule_named": self.killed, "cases_run": self.cases_run,
                 "caught_by": [c["id"] for c in cases], "checks_named": sorted(checks), "errors": self.errors[:5]}
@@ -67,10 +71,12 @@ def select_mutants(names: str | None) -> list[Mutant]:
     return chosen
 
 
-def plan_slices(mutants: list[Mutant], census: dict[str, dict[str, int]]):
-    """Every case of the matrix, and per mutant the cases its slice names (fault-free runs by scenario name)."""
-    scenarios = load_catalog()
-    faulted, _ = expand(scenarios, census, FAULTS)
+def plan_slices(mutants: list, census: dict[str, dict[str, int]], offered: set[str] | None = None,
+                scenario: str | None = None):
+    """Every case of the matrix (of the scenarios matching `scenario`), and per mutant the cases its slice names
+    (fault-free runs by scenario name)."""
+    scenarios = select(load_catalog(), scenario)
+    faulted, _ = expand(scenarios, census, FAULTS, offered=offered)
     fault_free = [CasePlan(s.name) for s in scenarios]
     matrix = fault_free + faulted
     return matrix, {m.name: [p for p in matrix if _matches(p, m.slice)] for m in mutants}
@@ -137,33 +143,41 @@ def _record(verdict: Verdict, cases: list[dict]) -> None:
             verdict.errors.append(f"{case['id']}: {case['reason']}")
 
 
-def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool = True) -> tuple[int, dict]:
-    """Without exhaustive only the slices run (and the control): what `make test` does."""
+def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool = True, impl: str | None = None,
+                mutants_dir: Path | None = None, root: Path | None = None, all_cases: bool = False) -> tuple[int, dict]:
+    """Without exhaustive only the slices run (and the control): what `make test` does. With `impl` and
+    `mutants_dir`, the mutants are that implementation's patches and the unpatched implementation is the control
+    and the census. With all_cases every case of the matrix runs for every mutant, not only until it is killed."""
     started = time.monotonic()
-    mutants = select_mutants(names)
+    if (impl is None) != (mutants_dir is None):
+        raise ValueError("--impl and --mutants go together: the implementation's command and its folder of patches")
+    mutants = load_patch_mutants(impl, mutants_dir, root, names) if mutants_dir else select_mutants(names)
+    control_command = impl or REFERENCE_COMMAND
     log_dir = Path(tempfile.mkdtemp(prefix="crashproof-mutant-logs-"))
     runner = MutantRun(options, log_dir)
     try:
-        census_cases = runner.run([(REFERENCE_COMMAND, None, CasePlan(s.name)) for s in load_catalog()],
-                                  "census (reference)")
+        census_cases = runner.run([(control_command, None, CasePlan(s.name))
+                                   for s in select(load_catalog(), options.scenario)],
+                                  "census (unmutated implementation)")
         census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
-        matrix, slices = plan_slices(mutants, census)
+        matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
+                                     options.scenario)
         control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
         control_ids = {p.id for p in control_plans}
         control = [c for _, c in census_cases if c["id"] in control_ids]
-        control += [c for _, c in runner.run([(REFERENCE_COMMAND, None, p) for p in control_plans if p.fault],
-                                             "control (reference on every slice)")]
+        control += [c for _, c in runner.run([(control_command, None, p) for p in control_plans if p.fault],
+                                             "control (unmutated implementation on every slice)")]
         verdicts = {m.name: Verdict(m) for m in mutants}
         done: set[tuple[str, str]] = set()
         command_of = {m.mutant.command: m for m in verdicts.values()}
-        schema = {m.name: (str(migrations_dir(m)) if m.changes_schema else None) for m in mutants}
+        schema = {m.name: _schema_of(m) for m in mutants}
         phases = [("slice", lambda m: _with_baselines(slices[m.name])),
                   ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
                   ("matrix", lambda m: [p for p in matrix if p.fault is not None])][:None if exhaustive else 1]
         for label, plans_of in phases:
             jobs = []
             for verdict in verdicts.values():
-                if verdict.killed or (verdict.errors and len(verdict.errors) == verdict.cases_run):
+                if (verdict.killed and not all_cases) or (verdict.errors and len(verdict.errors) == verdict.cases_run):
                     continue  # done, or broken in a way no further case will diagnose
                 m = verdict.mutant
                 for plan in plans_of(m):
@@ -178,7 +192,7 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     control_failed = [c["id"] for c in control if c["verdict"] != "pass"]
     killed = sum(v.killed for v in verdicts.values())
     report = {"schema_version": 1, "duration_s": round(elapsed, 1), "jobs": options.jobs, "exhaustive": exhaustive,
-              "control": {"implementation": REFERENCE_COMMAND, "cases": len(control), "failed": control_failed},
+              "all_cases": all_cases, "control": {"implementation": control_command, "cases": len(control), "failed": control_failed},
               "mutants": [v.to_json() for v in verdicts.values()],
               "score": {"killed": killed, "total": len(verdicts)}, "logs": str(log_dir)}
     options.report_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +202,13 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     print(f"mutation score: {killed}/{len(verdicts)}")
     ok = killed == len(verdicts) and not control_failed
     return (0 if ok else 1), report
+
+
+def _schema_of(mutant) -> str | None:
+    """Where the harness builds this mutant's stores from (None: the normative schema)."""
+    if isinstance(mutant, PatchMutant):
+        return mutant.migrations
+    return str(migrations_dir(mutant)) if mutant.changes_schema else None
 
 
 def _print_table(verdicts, control: list[dict], control_failed: list[str], elapsed: float, path: Path) -> None:
@@ -206,6 +227,6 @@ def _print_table(verdicts, control: list[dict], control_failed: list[str], elaps
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}")
-    print(f"control: the reference on the same slices: {len(control) - len(control_failed)}/{len(control)} passed"
+    print(f"control: the unmutated implementation on the same slices: {len(control) - len(control_failed)}/{len(control)} passed"
           + (f"; failed: {', '.join(control_failed)}" if control_failed else ""))
     print(f"time: {elapsed:.0f}s; report: {path}")

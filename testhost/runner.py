@@ -10,7 +10,7 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from .checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, CheckRes
                      client_outcomes, coalesced_forward, equivalence, expectations, history_agreement, idle_cursor,
                      late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty, universal,
                      vacuity)
-from .errors import TestHostError
+from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, Response
@@ -38,6 +38,9 @@ MAX_DRAIN_PASSES = 20
 # partition of the month the clock stands in already exists.
 PARTITION_MARGIN = timedelta(minutes=5)
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
+# A fallback retries like any client; its attempts are spaced so a restarted server has time to accept.
+FALLBACK_ATTEMPTS = 5
+FALLBACK_PAUSE_S = 0.3
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -80,12 +83,14 @@ class CaseOutcome:
     picture: dict | None = None
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
+    operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
 
     def to_json(self) -> dict:
         return {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
                 "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
                 "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
-                "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks}
+                "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
+                "operations": self.operations}
 
 
 class CaseRun:
@@ -292,15 +297,19 @@ class CaseRun:
         """Through the implementation when it offers the operation, else the reference over the normative schema.
 
         Like any caller, the harness retries (bounded) an outcome that is unknown or a retriable failure; a
-        Work transition already applied by an attempt whose reply was lost counts as done.
+        Work transition already applied by an attempt whose reply was lost counts as done. Every attempt of one
+        step carries the same command ID, so a repeated schedule command whose first reply was lost returns the
+        schedule as it stands instead of applying twice. A fallback that cannot complete the step is a harness
+        error (FallbackFailed), never charged to the implementation.
         """
+        command_id = uuid.uuid4()
         for attempt in range(attempts):
             impl = self.impls["A"]
             if impl.supports(op):
                 response = self._ask(impl, op, args)
             else:
                 self.fallbacks.add(op)
-                response = self._fallback(op, args)
+                response = self._fallback_with_retry(op, args, command_id)
             retriable = response.outcome == "unknown" or (response.outcome == "fail" and (response.error or {}).get("retriable"))
             if not retriable or attempt == attempts - 1:
                 return response
@@ -308,35 +317,82 @@ class CaseRun:
             if response.died:
                 self.impls["A"] = self.start_implementation("A")
             if op == "complete-work" and self._work_state(args["work_id"]) == args["state"]:
-                return Response("ok", value="applied by an earlier attempt")
+                return Response("ok", value=self._work_row(args["work_id"]))  # applied by an earlier attempt
         return response
 
-    def _fallback(self, op: str, args: dict) -> Response:
+    def _fallback_with_retry(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
+        """The fallback, reconnecting and retrying after a rollback or a lost reply like any client (a fault may
+        have killed its connection or restarted the server); what still fails is the harness's error."""
+        last = None
+        for attempt in range(FALLBACK_ATTEMPTS):
+            response, error = self._fallback(op, args, command_id)
+            if error is None:
+                return response
+            last = error
+            self.note("fallback-retry", op=op, attempt=attempt + 1, error=error)
+            if op == "complete-work" and self._work_state(args["work_id"]) == args["state"]:
+                return Response("ok", value=self._work_row(args["work_id"]))
+            time.sleep(FALLBACK_PAUSE_S)
+        raise FallbackFailed(f"harness fallback (reference {'Work store' if op == 'complete-work' else 'client'}) "
+                             f"could not run {op} after {FALLBACK_ATTEMPTS} attempts: {last}; the implementation "
+                             f"does not offer {op}, so this is not its failure")
+
+    def _fallback(self, op: str, args: dict, command_id: uuid.UUID) -> tuple[Response | None, str | None]:
+        """One attempt: (the response, None), or (None, why it failed) after which the connection is renewed."""
+        import psycopg
+
+        from reference.errors import DurableError
+
+        try:
+            return self._fallback_call(op, args, command_id), None
+        except (DurableError, psycopg.Error) as exc:
+            self._close_fallbacks()
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def _fallback_call(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
         from reference import ScheduleClient, WorkStore
         from reference.adapter import spec_from_json
         from reference.problems import Problem
 
         if op == "complete-work":
-            if self._fallback_work is None:
-                self._fallback_work = WorkStore(self.store.runtime_dsn, SCOPE)
+            if self._fallback_work is None or self._fallback_work.session.broken:
+                self._close_fallbacks()
+                self._fallback_work = WorkStore(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S)
             result = self._fallback_work.transition(uuid.UUID(args["work_id"]), args["state"])
         else:
-            if self._fallback_client is None:
-                self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE)
+            if self._fallback_client is None or self._fallback_client.session.broken:
+                self._close_fallbacks()
+                self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S)
             client = self._fallback_client
             schedule_id = uuid.UUID(args["schedule_id"])
             if op == "create":
-                result = client.create(spec_from_json(args["spec"]), schedule_id=schedule_id)
+                result = client.create(spec_from_json(args["spec"]), schedule_id=schedule_id, command_id=command_id)
             elif op == "update":
                 result = client.update(schedule_id, spec_from_json(args["spec"]),
-                                       expected_revision=args["expected_revision"])
+                                       expected_revision=args["expected_revision"], command_id=command_id)
             elif op == "delete":
-                result = client.delete(schedule_id, expected_revision=args["expected_revision"])
+                result = client.delete(schedule_id, expected_revision=args["expected_revision"], command_id=command_id)
             else:
-                result = client.release_after_recovery(schedule_id, expected_revision=args["expected_revision"])
+                result = client.release_after_recovery(schedule_id, expected_revision=args["expected_revision"],
+                                                       command_id=command_id)
         if isinstance(result, Problem):
             return Response("fail", problem=result.to_json())
-        return Response("ok", value=str(result))
+        return Response("ok", value=protocol_json(result.to_json() if hasattr(result, "to_json") else result))
+
+    def _close_fallbacks(self) -> None:
+        for name in ("_fallback_client", "_fallback_work"):
+            resource = getattr(self, name)
+            setattr(self, name, None)
+            if resource is not None:
+                try:
+                    resource.close()
+                except Exception:  # noqa: BLE001 - a dead connection may fail to close; it is dropped either way
+                    pass
+
+    def _work_row(self, work_id: str) -> dict:
+        with self.owner() as conn:
+            return protocol_json(dict(conn.execute("select * from appsurface_durable.work_items where work_id = %s",
+                                                   (work_id,)).fetchone()))
 
     def step(self, step: Step) -> None:
         self.note("step", index=step.index, op=step.op, args={k: v for k, v in step.args.items() if k != "spec"})
@@ -534,6 +590,7 @@ class CaseRun:
                 self.world.proxy.heal()
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
+            outcome.operations = sorted(self.impls["A"].hello.get("operations", []))
             recovered = False
             late_check = None
             for step in self.scenario.steps:
@@ -609,9 +666,7 @@ class CaseRun:
                 impl.stop()
             except Exception:  # noqa: BLE001
                 impl.kill()
-        for resource in (self._fallback_client, self._fallback_work):
-            if resource is not None:
-                resource.close()
+        self._close_fallbacks()
         try:
             if self.world.proxy is not None:
                 self.world.proxy.heal()
@@ -621,6 +676,19 @@ class CaseRun:
                 store_pool(self.world, self.migrations).give_back(self.store)
         except Exception:  # noqa: BLE001 - teardown must not mask the verdict
             pass
+
+
+def protocol_json(value: Any) -> Any:
+    """A value as the adapter protocol's JSON: instants in RFC 3339 UTC, UUIDs and other scalars as text."""
+    if isinstance(value, dict):
+        return {str(k): protocol_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [protocol_json(v) for v in value]
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
 
 
 def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,

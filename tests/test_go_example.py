@@ -1,0 +1,49 @@
+"""The Go example implementation (examples/go), an outside team's `process-due` in another language, certifies
+on a slice that covers every processor barrier under every fault that applies to it, with nothing but
+`process-due` declared. It keeps the harness honest toward implementations that are not the reference."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from barriers import CATALOG
+from testhost.certify import Options, certify
+from testhost.faults import FAULTS
+
+RUN = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
+SCENARIO = "at-single"  # one claim, one decision, one bridge: every processor barrier once
+
+
+@pytest.fixture(scope="module")
+def go_example():
+    """The binary, built once before any case starts it (a case's hello timeout is no build budget)."""
+    built = subprocess.run([str(RUN), "--build-only"], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, f"examples/go did not build:\n{built.stderr}"
+    return str(RUN)
+
+
+def test_the_go_example_declares_process_due_only_and_speaks_the_protocol(go_example, tmp_path):
+    """Started by the host like any implementation: its hello is on standard output, its logs on standard error."""
+    done = subprocess.run([go_example], input='{"type": "shutdown"}\n', capture_output=True, text=True, timeout=60,
+                          env={"CRASHPROOF_RUNTIME_DSN": "host=127.0.0.1 port=1", "PATH": "/usr/bin:/bin",
+                               "CRASHPROOF_DISPATCHER_DSN": "host=127.0.0.1 port=1"})
+    assert done.returncode == 0, done.stderr
+    hello = json.loads(done.stdout.splitlines()[0])
+    assert hello["type"] == "hello" and hello["protocol"] == 1 and hello["operations"] == ["process-due"]
+    assert hello["implementation"].startswith("crashproof-go-example")
+    assert len(done.stdout.splitlines()) == 1, "nothing but protocol messages on standard output"
+
+
+def test_the_go_example_certifies_every_processor_barrier_under_every_fault(go_example, tmp_path):
+    code, report = certify(Options(command=go_example, scenario=SCENARIO, jobs=2, report_dir=tmp_path,
+                                   progress=lambda line: None))
+    failures = [(c["id"], c["verdict"], c["reason"]) for c in report["cases"] if c["verdict"] != "pass"]
+    assert failures == [] and code == 0
+    assert report["implementation"]["identity"].startswith("crashproof-go-example")
+    assert report["implementation"]["operations"] == ["process-due"]
+    wanted = {(b.name, name) for b in CATALOG if b.operation == "process-due"
+              for name, fault in FAULTS.items() if fault.applies(b) is None}
+    ran = {(c["barrier"], c["fault"]) for c in report["cases"] if c["fault"] is not None}
+    assert ran == wanted, f"not run: {sorted(wanted - ran)}"

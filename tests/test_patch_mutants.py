@@ -1,0 +1,109 @@
+"""`crashproof mutants --impl CMD --mutants DIR`: planted bugs as patches to any implementation's source, here
+the Go example's (examples/go/mutants). Malformed input is a one-line error before anything runs."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testhost.patch_mutants import PatchMutantError, load, preamble, touched
+
+GO = Path(__file__).resolve().parent.parent / "examples" / "go"
+
+
+def _tiny_root(tmp_path: Path) -> Path:
+    """A one-file implementation folder with a mutants folder of its own."""
+    root = tmp_path / "impl"
+    (root / "mutants").mkdir(parents=True)
+    (root / "run.sh").write_text("#!/bin/sh\necho fine\n")
+    (root / "run.sh").chmod(0o755)
+    return root
+
+
+def test_every_go_mutant_names_its_rule_and_changes_only_go_source():
+    patches = sorted((GO / "mutants").glob("*.patch"))
+    assert {p.stem for p in patches} >= {"wrong-fail-after-lost-commit", "no-client-deadline",
+                                         "skipped-runtime-epoch-fence", "work-identity-from-bridge-time",
+                                         "link-before-work-own-transaction"}
+    for patch in patches:
+        fields = preamble(patch)
+        assert fields["rule"] and fields["description"], patch.name
+        assert all(path.endswith(".go") and (GO / path).exists() for path in touched(patch)), patch.name
+
+
+def test_a_patch_without_a_rule_is_refused(tmp_path):
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "silent.patch").write_text("--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
+                                                  "-echo fine\n+echo broken\n")
+    with pytest.raises(PatchMutantError, match=r"silent.patch: the preamble names no `Rule:`"):
+        load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+
+
+def test_a_patch_that_does_not_apply_is_refused_naming_it(tmp_path):
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "stale.patch").write_text("Rule: some rule\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n"
+                                                 " #!/bin/sh\n-echo something else\n+echo broken\n")
+    with pytest.raises(PatchMutantError, match=r"stale.patch does not apply to .*impl"):
+        load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+
+
+def test_a_command_outside_the_patched_folder_is_refused(tmp_path):
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "ok.patch").write_text("Rule: r\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n"
+                                              " #!/bin/sh\n-echo fine\n+echo broken\n")
+    with pytest.raises(PatchMutantError, match=r"names no file inside .*impl"):
+        load("/bin/true", root / "mutants", work=tmp_path / "work")
+
+
+def test_a_patch_applies_to_a_copy_and_the_command_points_at_it(tmp_path):
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "ok.patch").write_text("Rule: r\nSlice: at-*, */kill/*\n\n--- a/run.sh\n+++ b/run.sh\n"
+                                              "@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
+    [mutant] = load(f"sh {root / 'run.sh'} --flag", root / "mutants", work=tmp_path / "work")
+    assert mutant.command == f"sh {tmp_path / 'work' / 'ok' / 'run.sh'} --flag"
+    assert mutant.slice == ("at-*", "*/kill/*") and mutant.migrations is None
+    assert (tmp_path / "work" / "ok" / "run.sh").read_text().endswith("echo broken\n")
+    assert (root / "run.sh").read_text().endswith("echo fine\n"), "the original is untouched"
+    assert not (tmp_path / "work" / "ok" / "mutants").exists()
+
+
+def test_a_schema_patch_gets_a_patched_copy_of_the_normative_migrations(tmp_path):
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "grant.patch").write_text(
+        "Rule: r\n\n--- a/migrations/0003_work_store.sql\n+++ b/migrations/0003_work_store.sql\n"
+        "@@ -26 +26 @@\n-grant select, insert, update on appsurface_durable.work_items to appsurface_durable_runtime;\n"
+        "+grant select, insert, update, delete on appsurface_durable.work_items to appsurface_durable_runtime;\n")
+    [mutant] = load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+    assert mutant.changes_schema and Path(mutant.migrations).name == "migrations"
+    assert "update, delete on" in (Path(mutant.migrations) / "0003_work_store.sql").read_text()
+
+
+@pytest.mark.world
+def test_a_go_mutant_is_killed_by_its_slice_and_the_unpatched_go_example_passes_it(tmp_path, capsys):
+    from testhost.cli import main
+    code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--mutant",
+                 "work-identity-from-bridge-time", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    report = json.loads((tmp_path / "mutants.json").read_text())
+    assert out[-1] == "mutation score: 1/1", out[-10:]
+    assert code == 0
+    assert report["control"]["implementation"] == str(GO / "run.sh") and report["control"]["failed"] == []
+    [entry] = report["mutants"]
+    assert entry["rule_named"] and "deterministic-work-identity" in entry["checks_named"]
+    assert entry["caught_by"] == ["at-single"]
+
+
+@pytest.mark.world
+def test_all_cases_runs_every_case_of_a_killed_mutant_not_only_until_the_kill(tmp_path, capsys):
+    """Killed by its first case (at-single), the mutant still runs the scenario's whole matrix with --all-cases,
+    and every faulted case of it fails too, each naming the rule."""
+    from testhost.cli import main
+    code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--mutant",
+                 "work-identity-from-bridge-time", "--scenario", "at-single", "--all-cases", "--jobs", "2",
+                 "--report-dir", str(tmp_path)])
+    capsys.readouterr()
+    report = json.loads((tmp_path / "mutants.json").read_text())
+    [entry] = report["mutants"]
+    assert code == 0 and report["all_cases"] and entry["rule_named"]
+    faulted = [case for case in entry["caught_by"] if case.count("/") == 3]
+    assert entry["cases_run"] > 20 and len(faulted) == entry["cases_run"] - 1, entry
