@@ -22,7 +22,7 @@ from .checks import (CheckResult, client_outcomes, coalesced_forward, equivalenc
 from .errors import TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
-from .implementation import AdapterProtocolError, Implementation, Response
+from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
 from .model import Generation, Model
 from .state import read_state
 from .sessions import KeptSession
@@ -36,6 +36,9 @@ MAX_DRAIN_PASSES = 20
 # partition of the month the clock stands in already exists.
 PARTITION_MARGIN = timedelta(minutes=5)
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
+# Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
+# retries): a program that dies at every start ends its case here instead of being restarted without end.
+MAX_STARTS = 8
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -78,12 +81,18 @@ class CaseOutcome:
     picture: dict | None = None
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
+    logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
+    cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
 
     def to_json(self) -> dict:
-        return {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
-                "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
-                "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
-                "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks}
+        found = {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
+                 "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
+                 "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
+                 "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
+                 "logs": self.logs}
+        if self.verdict == "error":
+            found["cause"] = self.cause or "harness"
+        return found
 
 
 class CaseRun:
@@ -96,6 +105,8 @@ class CaseRun:
         self.log_dir = log_dir
         self.store: Store | None = None
         self.impls: dict[str, Implementation] = {}
+        self.started: list[Implementation] = []  # every process this case started, stopped at its end
+        self.logs: dict[str, Path] = {}
         self.timeline: list[dict] = []
         self.hits: dict[str, int] = {}
         self.injection: Injection | None = None
@@ -133,9 +144,18 @@ class CaseRun:
         env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=True),
                "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=True),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
-        impl = Implementation(self.command, env, self.on_barrier, self.log_dir / f"{self.store.dbname}-{label}.log",
-                              label=label).start()
-        self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by)
+        if len(self.started) >= MAX_STARTS:
+            last = self.started[-1]
+            raise ImplementationDied(f"started {len(self.started)} times in this case, the implementation ended "
+                                     f"each time; the last: {last.death_reason()}")
+        self.logs[label] = self.log_dir / self.plan.id / f"{label}.stderr"
+        impl = Implementation(self.command, env, self.on_barrier, self.logs[label], label=label)
+        self.started.append(impl)
+        try:
+            impl.start()
+        finally:  # a start that failed is on the timeline too, with the pid of what was started
+            self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by,
+                      **({} if impl.hello else {"failed": True}))
         return impl
 
     def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
@@ -551,8 +571,10 @@ class CaseRun:
             failed = [c.name for c in checks if not c.ok]
             outcome.verdict = "fail" if failed else "pass"
             outcome.reason = ", ".join(failed)
+        except ImplementationDied as exc:
+            outcome.verdict, outcome.reason, outcome.cause = "error", str(exc), "implementation"
         except AdapterProtocolError as exc:
-            outcome.verdict, outcome.reason = "error", f"adapter protocol: {exc}"
+            outcome.verdict, outcome.reason, outcome.cause = "error", f"adapter protocol: {exc}", "implementation"
         except Exception as exc:  # noqa: BLE001 - any harness failure is this case's error, never the run's
             outcome.verdict = "error"
             outcome.reason = f"{type(exc).__name__}: {exc}"
@@ -563,14 +585,15 @@ class CaseRun:
             outcome.hits = dict(self.hits)
             outcome.fallbacks = sorted(self.fallbacks)
             outcome.duration_s = time.monotonic() - self._started
+            outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
         return outcome
 
     def _teardown(self) -> None:
-        for impl in self.impls.values():
+        for impl in self.started:
             try:
                 impl.stop()
             except Exception:  # noqa: BLE001
-                impl.kill()
+                impl.kill_group()
         for resource in (self._fallback_client, self._fallback_work):
             if resource is not None:
                 resource.close()
