@@ -20,6 +20,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -178,14 +179,21 @@ class Pool:
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
-    def abort(self, timeout: float = 60.0) -> None:
-        """Stop every worker now: each kills its implementations and its world on SIGTERM, then exits."""
-        workers = list((getattr(self.executor, "_processes", None) or {}).values())
-        for worker in workers:
+    def _workers(self) -> list:
+        return list((getattr(self.executor, "_processes", None) or {}).values())
+
+    def terminate(self) -> None:
+        """SIGTERM every worker: each kills its implementations and its world, then exits."""
+        for worker in self._workers():
             try:
                 os.kill(worker.pid, signal.SIGTERM)
             except (ProcessLookupError, TypeError):
                 pass
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Stop every worker now and wait for each to have torn its world down."""
+        workers = self._workers()
+        self.terminate()
         deadline = time.monotonic() + timeout
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -202,10 +210,18 @@ class StopSignals:
     def __init__(self):
         self.signum: int | None = None
         self.armed = False
+        self.pool: Pool | None = None  # told to stop its workers when a second signal forces the exit
         self._previous: dict = {}
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
+            # multiprocessing's resource tracker ignores SIGINT and SIGTERM but dies of a SIGHUP sent to the
+            # group, and one started again knows nothing of the first's resources: start it with SIGHUP ignored.
+            hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            try:
+                resource_tracker.ensure_running()
+            finally:
+                signal.signal(signal.SIGHUP, hangup)
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._handle)
         return self
@@ -218,6 +234,8 @@ class StopSignals:
         if self.signum is not None:
             print(f"crashproof: second signal ({signal.Signals(signum).name}): exiting now, without clean-up",
                   file=sys.stderr, flush=True)
+            if self.pool is not None:
+                self.pool.terminate()  # each worker still kills its own world and implementations
             os._exit(128 + signum)
         self.signum = signum
         if self.armed:
@@ -497,7 +515,7 @@ def certify(options: Options) -> tuple[int, dict]:
         pool = None
         try:
             signals.check()
-            pool = Pool(_pool_factory(options))
+            pool = signals.pool = Pool(_pool_factory(options))
             environment.update(pool.executor.submit(_worker_environment).result())
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)

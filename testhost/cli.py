@@ -95,7 +95,8 @@ def cmd_scenarios(args) -> int:
 
     from scenarios.model import load_catalog
     folders = [Path(folder) for folder in args.catalog or []]
-    scenarios = load_catalog(folders, args.with_builtin)
+    from scenarios.matrix import select
+    scenarios = select(load_catalog(folders, args.with_builtin), args.scenario)
     if not args.matrix:
         for s in scenarios:
             print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")

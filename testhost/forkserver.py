@@ -122,7 +122,10 @@ def serve(control: socket.socket, preload: list[str]) -> None:
 def _main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     sys.path[0] = os.getcwd()
-    serve(control, sys.argv[2:])
+    try:
+        serve(control, sys.argv[2:])
+    except (ConnectionError, BrokenPipeError):
+        pass  # the TestHost ended (an interrupted run): so does the server, quietly
 
 
 # -- the TestHost's side ---------------------------------------------------------------------------------------
