@@ -72,7 +72,7 @@ _POLL_S = 0.05
 STDERR_TAIL_LINES = 5
 # Every implementation process group this process started and has not yet seen end (for a hard teardown).
 _live: "set[Implementation]" = set()
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entered when a stop signal interrupts a clean-up that holds it
 
 
 def kill_all() -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tempfile
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,9 @@ class Job(CasePlan):
 
 
 def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
-    return _worker_run(job.case, job.command, log_dir, baseline, job.migrations)
+    # one folder of logs per implementation (the reference and each mutant run the same case ids)
+    folder = Path(log_dir) / re.sub(r"[^A-Za-z0-9_.-]+", "-", job.command.rsplit("/", 1)[-1]).strip("-")
+    return _worker_run(job.case, job.command, str(folder), baseline, job.migrations)
 
 
 class MutantRun:
@@ -141,7 +144,8 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     """Without exhaustive only the slices run (and the control): what `make test` does."""
     started = time.monotonic()
     mutants = select_mutants(names)
-    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-mutant-logs-"))
+    log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
+    shutil.rmtree(log_dir, ignore_errors=True)
     runner = MutantRun(options, log_dir)
     try:
         census_cases = runner.run([(REFERENCE_COMMAND, None, CasePlan(s.name)) for s in load_catalog()],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testhost.certify import Options, certify
+from testhost.certify import Options, certify, exit_code
 from testhost.processes import is_alive
 
 ROOT = Path(__file__).parent.parent
@@ -174,3 +174,17 @@ def test_a_catalog_of_a_teams_own_replaces_or_joins_the_built_in_one(home, tmp_p
     listing = subprocess.run([sys.executable, "-m", "testhost.cli", "scenarios", "--catalog", str(own),
                               "--with-builtin"], cwd=ROOT, env=_env(home), capture_output=True, text=True)
     assert "team-at" in listing.stdout and "coalesce-terminal-callback" in listing.stdout
+
+
+def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
+    passed, failed = {"verdict": "pass"}, {"verdict": "fail"}
+    harness = {"verdict": "error", "cause": "harness"}
+    protocol = {"verdict": "error", "cause": "implementation"}
+    assert exit_code([passed, passed], []) == 0
+    assert exit_code([passed, failed], []) == 1
+    assert exit_code([passed, protocol], []) == 1
+    assert exit_code([passed, {"verdict": "not-run"}], []) == 1
+    assert exit_code([passed], ["barrier X is never reached by any scenario"]) == 1
+    assert exit_code([passed, harness], []) == 3
+    assert exit_code([failed, harness], []) == 1  # a finding about the implementation outranks a harness error
+    assert exit_code([], []) == 1
