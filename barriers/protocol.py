@@ -70,6 +70,24 @@ TIMEOUTS = (
     Timeout("shutdown", 5.0, "from `shutdown` to process exit; then the host sends SIGKILL"),
 )
 
+# How the host treats the processes it starts: rendered into PROTOCOL.md as the section "Processes".
+PROCESS_RULES = (
+    "Each start of your command runs in a session of its own, so the process started leads a new process group. "
+    "Every signal the host sends goes to that whole group: the `kill` fault is SIGKILL to the group, the `pause` "
+    "fault SIGSTOP and later SIGCONT to the group, and every clean-up (after `shutdown` and its timeout, after a "
+    "protocol error, at the end of each case, when a run is interrupted) is SIGKILL to the group. A launcher that "
+    "runs your program as its child (a shell script, `go run`, `npm start`, `dotnet run`) is therefore welcome; "
+    "`exec` is not required. A child that leaves the group (calls `setsid` or `setpgid`) is out of the host's "
+    "reach: do not do that.",
+    "The host watches the process it started. If it exits while the host waits for a message (the `hello`, a "
+    "response), the case ends at once with the verdict `error` and the reason `the implementation exited with "
+    "status N` and its last lines of standard error; any child of it still in the group is killed. The timeouts "
+    "below are only for a live process that says nothing. A case restarts a process that the host killed; one "
+    "that keeps ending on its own ends the case after a bounded number of starts.",
+    "Standard error goes to `REPORT_DIR/logs/<case id>/<instance>.stderr` (instances `A`, `B`, `takeover`; a "
+    "restart appends to the same file), and each case in `report.json` names its logs.",
+)
+
 OUTCOMES = {
     "ok": "the operation happened; `value` holds its result",
     "fail": "the operation definitely did not happen (nothing durable changed); `problem` or `error` says why",

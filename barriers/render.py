@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROTOCOL_VERSION, TIMEOUTS
+from .protocol import (ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES, PROTOCOL_VERSION,
+                       TIMEOUTS)
 from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
@@ -115,11 +116,14 @@ def render() -> str:
         "",
         "A case is a timeline of operations. After the `hello`, the host sends one `request` at a time and waits for "
         "its `response`. While an operation runs, every barrier you reach is reported with a `barrier` message and "
-        "you block until the host's `barrier-reply`. The host may inject a fault before replying: kill you (SIGKILL), "
-        "stop you (SIGSTOP, later SIGCONT), cut your connections at the proxy, drop the server's replies, or crash "
+        "you block until the host's `barrier-reply`. The host may inject a fault before replying: kill you (SIGKILL "
+        "to your process group), stop you (SIGSTOP, later SIGCONT, to the group), cut your connections at the proxy, drop the server's replies, or crash "
         "and restart PostgreSQL. Then it starts a fresh copy of your command to recover, and judges the outcome by "
         "reading the normative tables itself.",
         "",
+        "## Processes",
+        "",
+        *[line for rule in PROCESS_RULES for line in (rule, "")],
         "## Outcomes",
         "",
         *[f"- `{name}`: {meaning}" for name, meaning in OUTCOMES.items()],

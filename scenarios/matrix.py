@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Iterable
 
 from barriers import CATALOG
 
@@ -26,12 +27,28 @@ def hits_for(count: int) -> list[int]:
     return sorted({1, count}) if count else []
 
 
-def select(scenarios: list[Scenario], pattern: str | None) -> list[Scenario]:
-    return [s for s in scenarios if pattern is None or fnmatch.fnmatch(s.name, pattern)]
+def patterns(values: "str | Iterable[str] | None") -> list[str] | None:
+    """Filter values as given on the command line: a string or several, each a comma-separated list of globs."""
+    if values is None:
+        return None
+    found = [part.strip() for value in ([values] if isinstance(values, str) else values)
+             for part in value.split(",") if part.strip()]
+    return found or None
+
+
+def matches(name: str, globs: "str | Iterable[str] | None") -> bool:
+    """True when no filter is given or name matches one of its globs."""
+    wanted = patterns(globs)
+    return wanted is None or any(fnmatch.fnmatchcase(name, glob) for glob in wanted)
+
+
+def select(scenarios: list[Scenario], pattern: "str | Iterable[str] | None") -> list[Scenario]:
+    return [s for s in scenarios if matches(s.name, pattern)]
 
 
 def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults: dict, *,
-           barrier: str | None = None, fault: str | None = None, repeat: int = 1, offered: set[str] | None = None):
+           barrier: "str | Iterable[str] | None" = None, fault: "str | Iterable[str] | None" = None,
+           repeat: int = 1, offered: set[str] | None = None):
     """Case plans for every reachable combination, and the combinations skipped with the reason. A barrier of
     an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's."""
     from testhost.runner import CasePlan
@@ -40,7 +57,7 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
     for scenario in scenarios:
         hits = census.get(scenario.name, {})
         for b in CATALOG:
-            if barrier and b.name != barrier:
+            if not matches(b.name, barrier):
                 continue
             if offered is not None and b.operation not in offered:
                 skipped.append(Skipped(scenario.name, b.name, fault or "*",
@@ -48,11 +65,11 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                                        f"the harness's fallback runs that transaction, not the implementation"))
                 continue
             if not hits.get(b.name):
-                skipped.append(Skipped(scenario.name, b.name, fault or "*",
+                skipped.append(Skipped(scenario.name, b.name, ",".join(patterns(fault) or ["*"]),
                                        f"the fault-free run of {scenario.name} never reaches {b.name}"))
                 continue
             for name, plugin in faults.items():
-                if fault and name != fault:
+                if not matches(name, fault):
                     continue
                 reason = plugin.applies(b)
                 if reason:

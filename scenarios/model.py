@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 # Every case starts with the server clock set here, so explicit instants are the same in every run.
@@ -72,6 +73,7 @@ class Scenario:
     equivalence: bool = True
     lease_seconds: float = 2.0
     source: str = ""
+    origin: str = ""  # the file it was read from
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -101,15 +103,17 @@ def spec_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-def parse(name: str, text: str) -> Scenario:
+def parse(name: str, text: str, origin: str | None = None) -> Scenario:
+    """A scenario from its TOML text; errors name `origin` (the file's path) when given, else the name."""
+    label = origin or name
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{name}: not valid TOML: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:  # its message ends with "(at line L, column C)"
+        raise ScenarioError(f"{label}: not valid TOML: {exc}") from None
     steps = []
     created: set[str] = set()
     for index, raw in enumerate(data.get("steps", [])):
-        where = f"{name}: step {index + 1}"
+        where = f"{label}: step {index + 1}"
         op = raw.get("op")
         if op not in STEP_FIELDS:
             raise ScenarioError(f"{where}: op {op!r} is not one of {', '.join(STEP_FIELDS)}")
@@ -142,19 +146,43 @@ def parse(name: str, text: str) -> Scenario:
                         raise ScenarioError(f"{where}: spec.{key}: {exc}") from None
         steps.append(Step(op, args, index))
     if not steps:
-        raise ScenarioError(f"{name}: no steps")
+        raise ScenarioError(f"{label}: no steps")
     expect = data.get("expect", {})
     for schedule in expect:
         if schedule not in created:
-            raise ScenarioError(f"{name}: expectations for {schedule!r}, which no step creates")
+            raise ScenarioError(f"{label}: expectations for {schedule!r}, which no step creates")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
-                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text)
+                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text, origin=origin or "")
 
 
-def load_catalog() -> list[Scenario]:
+def _load_folder(folder) -> list[Scenario]:
     found = []
-    for entry in sorted(resources.files("scenarios").joinpath("catalog").iterdir(), key=lambda e: e.name):
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
-            found.append(parse(entry.name.removesuffix(".toml"), entry.read_text()))
+            try:
+                text = entry.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ScenarioError(f"{entry}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+            found.append(parse(entry.name.removesuffix(".toml"), text, str(entry)))
+    return found
+
+
+def load_catalog(folders: "list[str | Path]" = (), with_builtin: bool = False) -> list[Scenario]:
+    """The built-in scenarios; or, given folders, the scenario files (*.toml) in them (with the built-in ones
+    too when with_builtin). A name defined twice is an error naming both files."""
+    found = _load_folder(resources.files("scenarios").joinpath("catalog")) if with_builtin or not folders else []
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise ScenarioError(f"--catalog {folder}: not a folder")
+        scenarios = _load_folder(folder)
+        if not scenarios:
+            raise ScenarioError(f"--catalog {folder}: holds no scenario files (*.toml)")
+        found.extend(scenarios)
+    seen: dict[str, Scenario] = {}
+    for scenario in found:
+        if scenario.name in seen:
+            raise ScenarioError(f"scenario {scenario.name!r} is defined twice: {seen[scenario.name].origin} and "
+                                f"{scenario.origin}")
+        seen[scenario.name] = scenario
     return found

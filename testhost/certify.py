@@ -10,13 +10,17 @@ import multiprocessing
 import os
 import platform
 import random
+import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -25,9 +29,11 @@ from typing import Callable
 
 from barriers import CATALOG, required_of
 from reports import report as reports
-from scenarios.matrix import expand, select
+from scenarios.matrix import expand, matches, patterns, select
 from scenarios.model import Scenario, load_catalog
 
+from . import implementation
+from .errors import TestHostError
 from .faults import FAULTS
 from .forkserver import module_command
 from .implementation import LAUNCHERS, set_launcher
@@ -42,8 +48,26 @@ _world = None
 _scenarios: dict[str, Scenario] = {}
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _worker_abort(signum: int, _frame) -> None:
+    """A stop signal (from the controller, or from a terminal to the whole group): kill every implementation
+    process group and the world's servers, remove the world's folder, and exit without finishing the case."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    try:
+        implementation.kill_all()
+        if _world is not None:
+            _world.kill()
+    finally:
+        os._exit(128 + signum)
+
+
 def _worker_init(mode: dict) -> None:
     global _world, _scenarios
+    for number in STOP_SIGNALS:
+        signal.signal(number, _worker_abort)
     from .world import ExternalWorld, World, docker_world
     set_launcher(mode.get("launcher", "fork-server"))
     if mode.get("dsn"):
@@ -54,7 +78,7 @@ def _worker_init(mode: dict) -> None:
         _world = World("certify", network_optional=True)
     _world.up()
     atexit.register(_world.down)
-    _scenarios = {s.name: s for s in load_catalog()}
+    _scenarios = {s.name: s for s in load_catalog(mode.get("catalog", []), mode.get("with_builtin", False))}
 
 
 def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
@@ -92,9 +116,13 @@ class Options:
     command: str = REFERENCE_COMMAND
     report_dir: Path = Path("report")
     jobs: int = 1
-    scenario: str | None = None
-    barrier: str | None = None
-    fault: str | None = None
+    scenario: str | list[str] | None = None  # globs; several values and comma-separated lists are allowed
+    barrier: str | list[str] | None = None
+    fault: str | list[str] | None = None
+    cases: list[str] = field(default_factory=list)  # case ids, as a report names them
+    fail_fast: bool = False
+    catalog: list[Path] = field(default_factory=list)  # scenario folders instead of the built-in catalog
+    with_builtin: bool = False  # ... or besides it
     repeat: int = 1
     seed: int = 0
     dsn: str | None = None
@@ -135,6 +163,20 @@ def _error_case(plan: CasePlan, reason: str) -> dict:
     return CaseOutcome(plan, "error", reason).to_json()
 
 
+def _not_run_case(plan: CasePlan, reason: str) -> dict:
+    return CaseOutcome(plan, "not-run", reason).to_json()
+
+
+class RunStopped(Exception):
+    """The run stops before its end: a stop signal (signum) or --fail-fast (signum None)."""
+
+    def __init__(self, signum: int | None = None, why: str = ""):
+        super().__init__(why or (signal.Signals(signum).name if signum else "stopped"))
+        self.signum = signum
+        self.why = why
+        self.unfinished: list[tuple[CasePlan, str]] = []  # plans not finished, with why
+
+
 class Pool:
     """The worker pool of a run, kept across its phases; renewed only when a worker dies."""
 
@@ -149,50 +191,135 @@ class Pool:
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
+    def _workers(self) -> list:
+        return list((getattr(self.executor, "_processes", None) or {}).values())
+
+    def terminate(self) -> None:
+        """SIGTERM every worker: each kills its implementations and its world, then exits."""
+        for worker in self._workers():
+            try:
+                os.kill(worker.pid, signal.SIGTERM)
+            except (ProcessLookupError, TypeError):
+                pass
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Stop every worker now and wait for each to have torn its world down."""
+        workers = self._workers()
+        self.terminate()
+        deadline = time.monotonic() + timeout
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():
+                worker.kill()  # its servers die with it (parent-death signal); nothing else is left to ask
+                worker.join(5)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class StopSignals:
+    """While armed, a stop signal (SIGTERM, SIGINT, SIGHUP) raises RunStopped in the main thread; a second one
+    forces the exit at once. Installed only in the main thread; the previous handlers come back on exit."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.armed = False
+        self.pool: Pool | None = None  # told to stop its workers when a second signal forces the exit
+        self._previous: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            # multiprocessing's resource tracker ignores SIGINT and SIGTERM but dies of a SIGHUP sent to the
+            # group, and one started again knows nothing of the first's resources: start it with SIGHUP ignored.
+            hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            try:
+                resource_tracker.ensure_running()
+            finally:
+                signal.signal(signal.SIGHUP, hangup)
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, signum: int, _frame) -> None:
+        if self.signum is not None:
+            print(f"crashproof: second signal ({signal.Signals(signum).name}): exiting now, without clean-up",
+                  file=sys.stderr, flush=True)
+            if self.pool is not None:
+                self.pool.terminate()  # each worker still kills its own world and implementations
+            os._exit(128 + signum)
+        self.signum = signum
+        if self.armed:
+            raise RunStopped(signum)
+
+    def check(self) -> None:
+        """Raise RunStopped when a signal came while the handler could not raise."""
+        if self.signum is not None:
+            raise RunStopped(self.signum)
+
+
+_NO_SIGNALS = StopSignals()
+
 
 def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
-              progress: Progress, worker=None) -> list[dict]:
-    """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed."""
+              progress: Progress, worker=None, results: list[dict] | None = None, fail_fast: bool = False,
+              signals: StopSignals = _NO_SIGNALS) -> list[dict]:
+    """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed.
+
+    Finished cases go to `results` as they finish. A stop (a signal, or the first failed case with fail_fast)
+    raises RunStopped naming the plans not finished; the caller aborts the pool."""
     worker = worker or _worker_run
-    results: list[dict] = []
+    results = [] if results is None else results
     queue = list(plans)
     in_flight: dict = {}
     # When a worker dies every case in flight sees the pool break, and which one killed it cannot be told:
     # each gets one more run, alone, on a fresh pool; only a case that breaks the pool again gets `error`.
     broke_once: set[str] = set()
-    while queue or in_flight:
-        while queue and len(in_flight) < pool.executor._max_workers * 2:
-            plan, baseline = queue[0]
-            suspect_running = any(p.id in broke_once for p, _ in in_flight.values())
-            if suspect_running or (plan.id in broke_once and in_flight):
-                break  # a case under suspicion runs alone, so a second break names it
-            queue.pop(0)
-            in_flight[pool.executor.submit(worker, plan, command, log_dir, baseline)] = (plan, baseline)
-        done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-        broken = False
-        for future in done:
-            plan, baseline = in_flight.pop(future)
-            try:
-                result = future.result()
-            except BrokenProcessPool:
-                broken = True
-                if plan.id not in broke_once:
-                    broke_once.add(plan.id)
-                    queue.insert(0, (plan, baseline))
-                    continue
-                result = {"case": _error_case(plan, "the worker process running this case died"), "picture": None}
-            except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
-                result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
-            results.append({**result, "plan": plan})
-            progress.update(result["case"]["verdict"])
-        if broken:
-            queue[:0] = list(in_flight.values())  # not finished when the pool broke: run them again
-            in_flight.clear()
-            pool.renew()
+    try:
+        while queue or in_flight:
+            signals.check()
+            while queue and len(in_flight) < pool.executor._max_workers * 2:
+                plan, baseline = queue[0]
+                suspect_running = any(p.id in broke_once for p, _ in in_flight.values())
+                if suspect_running or (plan.id in broke_once and in_flight):
+                    break  # a case under suspicion runs alone, so a second break names it
+                queue.pop(0)
+                in_flight[pool.executor.submit(worker, plan, command, log_dir, baseline)] = (plan, baseline)
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            signals.check()  # a worker ended by a stop signal is no crash to retry
+            broken = False
+            for future in done:
+                plan, baseline = in_flight.pop(future)
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    if plan.id not in broke_once:
+                        broke_once.add(plan.id)
+                        queue.insert(0, (plan, baseline))
+                        continue
+                    result = {"case": _error_case(plan, "the worker process running this case died"),
+                              "picture": None}
+                except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
+                    result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
+                results.append({**result, "plan": plan})
+                progress.update(result["case"]["verdict"])
+                if fail_fast and result["case"]["verdict"] in ("fail", "error"):
+                    raise RunStopped(why=f"--fail-fast: {plan.id} ended {result['case']['verdict']}")
+            if broken:
+                queue[:0] = list(in_flight.values())  # not finished when the pool broke: run them again
+                in_flight.clear()
+                pool.renew()
+    except RunStopped as stop:
+        stop.unfinished += [(p, "abandoned: the run stopped while this case ran") for p, _ in in_flight.values()]
+        stop.unfinished += [(p, "not run: the run stopped before this case") for p, _ in queue]
+        raise
     return results
 
 
 def suite_version(scenarios: list[Scenario]) -> str:
+    """The barrier catalog and the scenarios that ran (names and sources), hashed: whatever catalog it was."""
     digest = hashlib.sha256()
     for barrier in CATALOG:
         digest.update(barrier.name.encode())
@@ -201,33 +328,120 @@ def suite_version(scenarios: list[Scenario]) -> str:
     return f"{SUITE}+{digest.hexdigest()[:12]}"
 
 
-def _validate(options: Options) -> list[Scenario]:
-    scenarios = select(load_catalog(), options.scenario)
+_CASE_ID = re.compile(r"^(?P<scenario>[^/#]+)(?:/(?P<barrier>[^/#]+)/(?P<fault>[^/#]+)/(?P<hit>[0-9]+))?"
+                      r"(?:#(?P<repeat>[0-9]+))?$")
+
+
+def parse_case_id(case_id: str) -> CasePlan:
+    """A case id as a report names it: SCENARIO, or SCENARIO/BARRIER/FAULT/HIT, optionally #REPEAT."""
+    match = _CASE_ID.match(case_id.strip())
+    if not match:
+        raise ValueError(f"--case {case_id!r} is not a case id; ids look like at-single or "
+                         "at-single/schedule-link-after-commit/kill/1 (as report.json names them)")
+    parts = match.groupdict()
+    if parts["hit"] is not None and int(parts["hit"]) < 1:
+        raise ValueError(f"--case {case_id!r}: the hit counts from 1")
+    repeat = int(parts["repeat"] or 1)
+    if repeat < 1:
+        raise ValueError(f"--case {case_id!r}: the repeat counts from 1")
+    return CasePlan(parts["scenario"], parts["barrier"], parts["fault"],
+                    int(parts["hit"]) if parts["hit"] else None, repeat)
+
+
+def failed_case_ids(report_path: Path) -> list[str]:
+    """The ids of the cases that did not pass in a report (report.json, or the folder that holds it)."""
+    path = report_path / "report.json" if report_path.is_dir() else report_path
+    try:
+        report = json.loads(path.read_text())
+        return [case["id"] for case in report["cases"] if case["verdict"] != "pass"]
+    except OSError as exc:
+        raise ValueError(f"--rerun-failed: cannot read {path} ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--rerun-failed: {path} is not a crashproof report ({type(exc).__name__}: {exc})") from None
+
+
+def load_scenarios(options: Options) -> list[Scenario]:
+    """The catalog this run uses (a malformed scenario file is a one-line error naming it)."""
+    return load_catalog(options.catalog, options.with_builtin)
+
+
+def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
+    """The scenarios to run and the requested cases (from --case); a bad selection is a one-line error."""
+    catalog = load_scenarios(options)
+    scenarios = select(catalog, options.scenario)
     if not scenarios:
-        raise ValueError(f"no scenario matches {options.scenario!r}")
-    if options.barrier and options.barrier not in {b.name for b in CATALOG}:
-        raise ValueError(f"no barrier named {options.barrier!r}; see `crashproof barriers`")
-    if options.fault and options.fault not in FAULTS:
-        raise ValueError(f"no fault named {options.fault!r}; choose from {', '.join(FAULTS)}")
+        raise ValueError(f"no scenario matches {','.join(patterns(options.scenario))!r}")
+    barrier_names, fault_names = [b.name for b in CATALOG], list(FAULTS)
+    for glob in patterns(options.barrier) or []:
+        if not any(matches(name, glob) for name in barrier_names):
+            raise ValueError(f"no barrier named {glob!r}; see `crashproof barriers`")
+    for glob in patterns(options.fault) or []:
+        if not any(matches(name, glob) for name in fault_names):
+            raise ValueError(f"no fault named {glob!r}; choose from {', '.join(FAULTS)}")
     if options.jobs < 1 or options.repeat < 1:
         raise ValueError("--jobs and --repeat must be at least 1")
     if options.launcher not in LAUNCHERS:
         raise ValueError(f"no launcher named {options.launcher!r}; choose from {', '.join(LAUNCHERS)}")
-    return scenarios
+    wanted = [parse_case_id(case_id) for case_id in options.cases]
+    known = {s.name for s in catalog}
+    for plan in wanted:
+        if plan.scenario not in known:
+            raise ValueError(f"--case {plan.id}: no scenario named {plan.scenario!r} in the catalog")
+        if plan.barrier is not None and plan.barrier not in barrier_names:
+            raise ValueError(f"--case {plan.id}: no barrier named {plan.barrier!r}; see `crashproof barriers`")
+        if plan.fault is not None and plan.fault not in FAULTS:
+            raise ValueError(f"--case {plan.id}: no fault named {plan.fault!r}; choose from {', '.join(FAULTS)}")
+    if wanted:
+        named = {plan.scenario for plan in wanted}
+        scenarios = [s for s in scenarios if s.name in named]
+        if not scenarios:
+            raise ValueError("no --case is in the scenarios the filters select")
+    return scenarios, wanted
+
+
+def preflight(options: Options) -> None:
+    """What would fail a run late, checked before any world starts: one line each (TestHostError)."""
+    folder = options.report_dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".crashproof-probe-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise TestHostError(f"--report-dir {folder} cannot be written ({exc.strerror or exc}); "
+                            "choose a folder you can write") from None
+    try:
+        argv = shlex.split(options.command)
+    except ValueError as exc:
+        raise TestHostError(f"--impl {options.command!r} cannot be split into words ({exc})") from None
+    if not argv:
+        raise TestHostError("--impl is empty; give the command line that starts your adapter")
+    program = argv[0]
+    if "/" in program:
+        if not os.path.isfile(program):
+            raise TestHostError(f"--impl program {program} does not exist")
+        if not os.access(program, os.X_OK):
+            raise TestHostError(f"--impl program {program} is not executable (chmod +x it, or start it through "
+                                "its interpreter)")
+    elif shutil.which(program) is None:
+        raise TestHostError(f"--impl program {program!r} is not on PATH")
 
 
 def _pool_factory(options: Options):
-    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher}
+    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher,
+            "catalog": [str(folder) for folder in options.catalog], "with_builtin": options.with_builtin}
     context = multiprocessing.get_context("spawn")
     return lambda: ProcessPoolExecutor(max_workers=options.jobs, mp_context=context, initializer=_worker_init,
                                        initargs=(mode,))
 
 
-def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path):
+def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path, results: list | None = None,
+            signals: StopSignals = _NO_SIGNALS):
     """The fault-free run of every scenario: its verdict, the barriers it reaches, its final picture."""
     progress = Progress(len(scenarios), options.progress, "fault-free")
     results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
-                        str(log_dir), progress, _case_worker(options))
+                        str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
+                        signals=signals)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
                             repeat=options.repeat, offered=declared_operations(results))
@@ -271,13 +485,13 @@ def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[
 
 def census(options: Options):
     """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
-    scenarios = _validate(options)
-    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
-    pool = Pool(_pool_factory(options))
-    try:
-        _, _, plans, skipped = _census(options, scenarios, pool, log_dir)
-    finally:
-        pool.close()
+    scenarios, _ = _validate(options)
+    with tempfile.TemporaryDirectory(prefix="crashproof-census-logs-") as log_dir:
+        pool = Pool(_pool_factory(options))
+        try:
+            _, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
+        finally:
+            pool.close()
     return plans, skipped
 
 
@@ -296,40 +510,117 @@ def _schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
     return [stage]
 
 
+def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict) -> tuple[list[CasePlan], list[dict]]:
+    """With --case: the planned faulted cases named, and a not-run case for each named one not in the matrix."""
+    if not wanted:
+        return plans, []
+    by_id = {plan.id: plan for plan in plans}
+    chosen, missing = [], []
+    for plan in wanted:
+        if plan.fault is None:
+            continue  # a fault-free case: the census runs it
+        if plan.id in by_id:
+            chosen.append(by_id[plan.id])
+        else:
+            reached = census_hits.get(plan.scenario, {}).get(plan.barrier, 0)
+            missing.append(_not_run_case(plan, f"not in this run's matrix: the fault-free run reaches {plan.barrier} "
+                                               f"{reached} time(s), and the filters and --repeat apply"))
+    return chosen, missing
+
+
+def exit_code(cases: list[dict], run_problems: list[str]) -> int:
+    """0 every case passed; 1 the implementation failed (a check, the protocol, a case not run); 3 only the
+    harness failed (errors caused by the harness, every other case passed)."""
+    if cases and not run_problems and all(c["verdict"] == "pass" for c in cases):
+        return 0
+    by_implementation = [c for c in cases if c["verdict"] in ("fail", "not-run") or
+                         (c["verdict"] == "error" and c.get("cause") == "implementation")]
+    if by_implementation or run_problems or not cases:
+        return 1
+    return 3
+
+
 def certify(options: Options) -> tuple[int, dict]:
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat()
-    scenarios = _validate(options)
+    scenarios, wanted = _validate(options)
+    preflight(options)
     if options.migrations is not None:
         from .schema_stage import check_directory
         check_directory(options.migrations)  # a one-line error before any worker starts
     if options.dsn:
         from .world import ExternalWorld
         ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
-    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-logs-"))
-    pool = Pool(_pool_factory(options))
-    try:
-        environment = pool.executor.submit(_worker_environment).result()
-        environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
-        stage = _schema_stage(options, pool, log_dir)
-        census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir)
-        offered = declared_operations(census_results)
-        if options.command != REFERENCE_COMMAND:
-            reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "migrations": None})
-            _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir)
-            for result in census_results:
-                _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
-        pictures = {r["plan"].scenario: r["picture"] for r in census_results}
-        random.Random(options.seed).shuffle(plans)
-        faulted_progress = Progress(len(plans), options.progress, "faulted")
-        faulted = run_cases(pool, [(p, pictures.get(p.scenario)) for p in plans], options.command,
-                            str(log_dir), faulted_progress, _case_worker(options))
-    finally:
-        pool.close()
+    report_dir = options.report_dir.absolute()
+    log_dir = report_dir / "logs"
+    shutil.rmtree(log_dir, ignore_errors=True)  # the logs of an earlier run in this folder: its report goes too
+    log_dir.mkdir(parents=True)
+    finished: list[dict] = []
+    census_results: list[dict] = []
+    census_hits: dict = {}
+    plans: list[CasePlan] = []
+    skipped: list = []
+    extra_cases: list[dict] = []
+    stage: list[dict] = []
+    environment: dict = {"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()}
+    stopped: RunStopped | None = None
+    planned_faulted = False
+    with StopSignals() as signals:
+        signals.armed = True
+        pool = None
+        try:
+            signals.check()
+            pool = signals.pool = Pool(_pool_factory(options))
+            environment.update(pool.executor.submit(_worker_environment).result())
+            stage = _schema_stage(options, pool, log_dir)
+            census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
+                                                                  results=census_results, signals=signals)
+            if options.command != REFERENCE_COMMAND:
+                reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "fail_fast": False,
+                                       "migrations": None})
+                _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals)
+                for result in census_results:
+                    _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
+                    if options.fail_fast and result["case"]["verdict"] == "fail":
+                        raise RunStopped(why=f"--fail-fast: {result['plan'].id} ended fail")
+            plans, extra_cases = _requested(plans, wanted, census_hits)
+            planned_faulted = True
+            pictures = {r["plan"].scenario: r["picture"] for r in census_results}
+            random.Random(options.seed).shuffle(plans)
+            faulted_progress = Progress(len(plans), options.progress, "faulted")
+            run_cases(pool, [(p, pictures.get(p.scenario)) for p in plans], options.command, str(log_dir),
+                      faulted_progress, _case_worker(options), results=finished, fail_fast=options.fail_fast,
+                      signals=signals)
+            signals.armed = False
+        except RunStopped as stop:
+            signals.armed = False
+            stopped = stop
+            if pool is not None:
+                pool.abort()
+        finally:
+            signals.armed = False
+            if pool is not None and stopped is None:
+                pool.close()
 
-    cases = stage + [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
+    done_ids = {r["plan"].id for r in census_results + finished}
+    unfinished = [] if stopped is None else [(p, why) for p, why in stopped.unfinished if p.id not in done_ids]
+    if stopped is not None:
+        unfinished_ids = {p.id for p, _ in unfinished}
+        if not census_results or len(census_results) < len(scenarios):
+            unfinished += [(CasePlan(s.name), "not run: the run stopped before this case") for s in scenarios
+                           if s.name not in done_ids and s.name not in unfinished_ids]
+        elif planned_faulted:
+            unfinished += [(p, "not run: the run stopped before this case") for p in plans
+                           if p.id not in done_ids and p.id not in unfinished_ids]
+    not_run = [_not_run_case(p, why) for p, why in unfinished]
+    cases = (stage + [r["case"] for r in census_results] +
+             sorted([r["case"] for r in finished] + extra_cases + not_run, key=lambda c: c["id"]))
+    for case in cases:
+        case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
+    offered = declared_operations(census_results)
     run_problems = []
-    if options.scenario is None and options.barrier is None:
+    builtin_ran = not options.catalog or options.with_builtin  # a team's own catalog need not reach every barrier
+    if options.scenario is None and options.barrier is None and not wanted and stopped is None and builtin_ran:
         reached = {name for hits in census_hits.values() for name in hits}
         for barrier in CATALOG:
             if offered is not None and barrier.operation not in offered:
@@ -341,8 +632,22 @@ def certify(options: Options) -> tuple[int, dict]:
     fallback_cases = {op: sorted(c["id"] for c in cases if op in c.get("fallbacks", [])) for op in fallbacks}
     fallback_barriers = sorted(b.name for b in CATALOG if offered is not None and b.name not in required_of(offered))
     # What actually started the implementation (a fork server that failed falls back to spawning).
-    launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"] if e["event"] == "start"})) or (
+    launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"]
+                                 if e["event"] == "start" and e.get("launcher")})) or (
         "spawn" if options.launcher == "spawn" or not module_command(shlex.split(options.command)) else "fork-server")
+    run = {"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
+           "selection": {"scenario": patterns(options.scenario), "barrier": patterns(options.barrier),
+                         "fault": patterns(options.fault), "cases": list(options.cases), "repeat": options.repeat,
+                         "fail_fast": options.fail_fast,
+                         "catalog": [str(f) for f in options.catalog] + (["built-in"] if options.with_builtin else [])
+                         or ["built-in"]},
+           "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": os.path.relpath(log_dir,
+                                                                                                         report_dir)}
+    if stopped is not None:
+        run["stopped_by"] = signal.Signals(stopped.signum).name if stopped.signum else stopped.why
+        if not planned_faulted:
+            run["not_planned"] = ("the run stopped during the fault-free census, before the faulted cases were "
+                                  "planned: they are not listed")
     report = reports.build(
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
@@ -350,25 +655,29 @@ def certify(options: Options) -> tuple[int, dict]:
                         "operations": sorted(offered or []), "fallbacks": fallbacks,
                         "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
                         "fallback_note": fallback_note(fallback_cases, fallback_barriers)},
-        environment=environment,
-        run={"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
-             "selection": {"scenario": options.scenario, "barrier": options.barrier, "fault": options.fault,
-                           "repeat": options.repeat},
-             "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": str(log_dir)},
-        cases=cases)
-    path = reports.write(report, options.report_dir)
+        environment=environment, run=run, cases=cases)
+    report["partial"] = stopped is not None
+    report["interrupted"] = stopped is not None and stopped.signum is not None
+    path = reports.write(report, report_dir)
     summary = report["summary"]
-    ok = summary["passed"] == summary["cases"] and not run_problems and summary["cases"] > 0
+    done = summary["cases"] - len(not_run)
+    if stopped is not None and stopped.signum is not None:
+        print(f"interrupted after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
+    elif stopped is not None:
+        print(f"stopped at the first failed case ({stopped.why.removeprefix('--fail-fast: ')}) after {done} of "
+              f"{summary['cases']} cases; partial report: {path}", flush=True)
     print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
           f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
     for problem in run_problems:
         print(f"run problem: {problem}")
     for case in cases:
-        if case["verdict"] != "pass":
+        if case["verdict"] not in ("pass", "not-run") or (case["verdict"] == "not-run" and stopped is None):
             print(f"  {case['verdict']:7} {case['id']}: {case['reason']}")
             for check in case["checks"]:
                 if not check["ok"]:
                     print(f"    {check['name']} (rule: {check['rule']})")
                     for row in check["evidence"][:5]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
-    return (0 if ok else 1), report
+    if stopped is not None and stopped.signum is not None:
+        return 128 + stopped.signum, report
+    return exit_code(cases, run_problems), report

@@ -6,24 +6,62 @@ import argparse
 import json
 import sys
 
+from scenarios.model import ScenarioError
+
 from .errors import TestHostError
 from .workspace import Workspace
+
+EXIT_CODES = """exit codes:
+  0    every planned case passed
+  1    the implementation failed: a check, the adapter protocol, or a case that could not run
+  2    usage or configuration error (one line on stderr; nothing ran)
+  3    the harness itself failed (`error` verdicts caused by the harness; every other case passed)
+  130  interrupted by SIGINT, 143 by SIGTERM, 129 by SIGHUP: worlds torn down, partial report written
+"""
+
+
+def _selection(args) -> dict:
+    """The filters and case selection of certify, as Options fields."""
+    from pathlib import Path
+
+    from .certify import failed_case_ids
+    cases = list(args.case or [])
+    if args.rerun_failed:
+        try:
+            cases += failed_case_ids(Path(args.rerun_failed))
+        except ValueError as exc:
+            raise TestHostError(str(exc)) from None
+    return {"scenario": args.scenario, "barrier": args.barrier, "fault": args.fault, "cases": cases,
+            "fail_fast": args.fail_fast, "catalog": [Path(folder) for folder in args.catalog or []],
+            "with_builtin": args.with_builtin}
+
+
+def _jobs(value: int | None) -> int:
+    from .certify import default_jobs
+    if value is not None and value < 1:
+        raise TestHostError(f"--jobs must be at least 1, not {value}")
+    return value or default_jobs()
 
 
 def cmd_certify(args) -> int:
     from pathlib import Path
 
-    from .certify import Options, certify, default_jobs
+    from .certify import Options, certify
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
+    if args.with_builtin and not args.catalog:
+        raise TestHostError("--with-builtin adds the built-in scenarios to a --catalog DIR; give one")
+    jobs = _jobs(args.jobs)
+    selection = _selection(args)
+    if args.rerun_failed and not selection["cases"]:
+        print(f"nothing to rerun: every case in {args.rerun_failed} passed")
+        return 0
     if args.docker:
         from .docker_world import require_engine
         require_engine()  # a clear error, before any worker starts, where no engine answers
-    options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir),
-                      jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier,
-                      fault=args.fault, repeat=args.repeat,
-                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
-                      migrations=Path(args.migrations) if args.migrations else None)
+    options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=jobs,
+                      repeat=args.repeat, seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
+                      migrations=Path(args.migrations) if args.migrations else None, **selection)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -34,12 +72,11 @@ def cmd_certify(args) -> int:
 def cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from .certify import Options, default_jobs
+    from .certify import Options
     from .mutation import run_mutants
     try:
-        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=args.jobs or default_jobs(),
-                                      scenario=args.scenario), args.mutant,
-                              exhaustive=not args.slice_only, impl=args.impl,
+        code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=_jobs(args.jobs), scenario=args.scenario),
+                              args.mutant, exhaustive=not args.slice_only, impl=args.impl,
                               mutants_dir=Path(args.mutants) if args.mutants else None,
                               root=Path(args.root) if args.root else None, all_cases=args.all_cases)
     except ValueError as exc:
@@ -56,19 +93,21 @@ def cmd_barriers(args) -> int:
 
 
 def cmd_scenarios(args) -> int:
+    from pathlib import Path
+
     from scenarios.model import load_catalog
-    scenarios = load_catalog()
+    folders = [Path(folder) for folder in args.catalog or []]
+    from scenarios.matrix import select
+    scenarios = select(load_catalog(folders, args.with_builtin), args.scenario)
     if not args.matrix:
         for s in scenarios:
             print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
             print(f"{'':32} {s.description}")
         return 0
-    from pathlib import Path
-
     from .certify import Options, census
     try:
         plans, skipped = census(Options(command=args.impl or Options.command, scenario=args.scenario,
-                                        report_dir=Path("report")))
+                                        report_dir=Path("report"), catalog=folders, with_builtin=args.with_builtin))
     except ValueError as exc:
         raise TestHostError(str(exc)) from None
     print(f"{len(plans)} cases planned")
@@ -100,25 +139,68 @@ def cmd_world(args) -> int:
     if args.action == "status":
         print(json.dumps(describe_state(load_state(workspace, args.name)), indent=2))
         return 0
-    teardown_state(workspace, args.name)
+    if teardown_state(workspace, args.name) is None:
+        print(f"world {args.name} is not up; nothing to do")  # clean-up steps run it unconditionally
+        return 0
     print(f"world {args.name} is down")
     return 0
 
 
+class _Version(argparse.Action):
+    """--version: the package's version and the suite version of the built-in catalog."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        from scenarios.model import load_catalog
+
+        from .certify import suite_version
+        try:
+            package = version("crashproof")
+        except PackageNotFoundError:
+            package = "unknown (not installed)"
+        print(f"crashproof {package}; suite {suite_version(load_catalog())} (built-in catalog)")
+        parser.exit()
+
+
+def _catalog_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalog", action="append", metavar="DIR", help="scenario files (*.toml) of your own, "
+                        "instead of the built-in catalog (repeatable); the suite version hashes the catalog that ran")
+    parser.add_argument("--with-builtin", action="store_true", help="with --catalog: the built-in scenarios too")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crashproof", description=__doc__)
+    parser = argparse.ArgumentParser(prog="crashproof", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, help="print the package and suite versions")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    certify = sub.add_parser("certify", help="certify an implementation against the barrier suite")
+    certify = sub.add_parser("certify", help="certify an implementation against the barrier suite", epilog=EXIT_CODES
+                             + "\nSIGTERM, SIGINT or SIGHUP stop a run: cases in flight are abandoned, every world "
+                             "and process\nis torn down, and a partial report (\"interrupted\": true) is written; a "
+                             "second signal exits at once.\nAdapter logs: REPORT_DIR/logs/<case id>/<instance>.stderr",
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     certify.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
     certify.add_argument("--migrations", metavar="DIR", help="the implementation's own schema: numbered .sql "
                          "migrations applied as the migration owner instead of the reference's; a schema stage "
                          "checks them before any case runs")
-    certify.add_argument("--report-dir", default="report", help="where report.json goes (default: report)")
-    certify.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
-    certify.add_argument("--scenario", help="only scenarios matching this glob")
-    certify.add_argument("--barrier", help="only this barrier")
-    certify.add_argument("--fault", help="only this fault (kill, disconnect, lost-commit-reply, db-crash, pause)")
+    certify.add_argument("--report-dir", default="report", help="where report.json and logs/ go (default: report)")
+    certify.add_argument("--jobs", type=int, help="worlds side by side, at least 1 (default: cores + 1)")
+    certify.add_argument("--scenario", action="append", help="only scenarios matching these globs (comma-separated, "
+                         "repeatable)")
+    certify.add_argument("--barrier", action="append", help="only these barriers (globs, comma-separated, repeatable)")
+    certify.add_argument("--fault", action="append", help="only these faults (kill, disconnect, lost-commit-reply, "
+                         "db-crash, pause; comma-separated, repeatable)")
+    certify.add_argument("--case", action="append", metavar="ID", help="only this case, by its id in a report (e.g. "
+                         "at-single/schedule-link-after-commit/kill/1); repeatable")
+    certify.add_argument("--rerun-failed", metavar="REPORT", help="only the cases that did not pass in REPORT "
+                         "(report.json or its folder)")
+    certify.add_argument("--fail-fast", action="store_true", help="stop at the first case that fails or errs "
+                         "(clean teardown, partial report)")
+    _catalog_arguments(certify)
     certify.add_argument("--repeat", type=int, default=1, help="run each faulted case N times")
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
     certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
@@ -140,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--mutants", help="a folder of *.patch files, each planting one bug in --impl's source and "
                          "naming in its preamble the Rule that must catch it (see examples/go/mutants)")
     mutants.add_argument("--root", help="the folder the patches apply to (default: the parent of --mutants)")
-    mutants.add_argument("--scenario", help="only scenarios matching this glob (census, slices and matrix)")
+    mutants.add_argument("--scenario", action="append", help="only scenarios matching these globs, comma-separated "
+                         "and repeatable (census, slices and matrix)")
     mutants.add_argument("--all-cases", action="store_true", help="run every case of the matrix for every mutant, "
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
@@ -151,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
                       "every skipped combination and why")
     scen.add_argument("--impl", help="implementation to take the census of (default: the reference)")
-    scen.add_argument("--scenario", help="only scenarios matching this glob")
+    scen.add_argument("--scenario", action="append", help="only scenarios matching these globs (comma-separated, "
+                      "repeatable)")
+    _catalog_arguments(scen)
     scen.set_defaults(run=cmd_scenarios)
 
     world = sub.add_parser("world", help="bring a world up or down by hand, to poke at it with psql")
@@ -166,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except TestHostError as exc:
+    except (TestHostError, ScenarioError) as exc:
         print(f"crashproof: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

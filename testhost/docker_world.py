@@ -61,6 +61,14 @@ class DockerWorld(World):
             self._container.stop()
             self._container = None
 
+    def kill(self) -> None:
+        super().kill()
+        if self._container is not None:
+            try:
+                self._container.stop()
+            finally:
+                self._container = None
+
     def crash(self) -> None:
         """Immediate stop (SIGKILL to the container) and start on the same volume."""
         wrapped = self._container.get_wrapped_container()

@@ -41,7 +41,8 @@ def _run_child(request: dict, fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, 65536)
-        for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                       signal.SIGPIPE):
             signal.signal(number, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.environ.clear()
@@ -121,7 +122,10 @@ def serve(control: socket.socket, preload: list[str]) -> None:
 def _main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     sys.path[0] = os.getcwd()
-    serve(control, sys.argv[2:])
+    try:
+        serve(control, sys.argv[2:])
+    except (ConnectionError, BrokenPipeError):
+        pass  # the TestHost ended (an interrupted run): so does the server, quietly
 
 
 # -- the TestHost's side ---------------------------------------------------------------------------------------
@@ -184,10 +188,12 @@ class ForkServer:
         self._replied = threading.Condition()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # No parent-death signal: it is tied to the starting thread. The server ends when its socket closes,
-        # which the kernel does when this process ends in any way.
+        # which the kernel does when this process ends in any way. Its own session keeps a terminal's Ctrl-C
+        # (sent to the TestHost's process group) away from it: the TestHost ends it and its children itself.
         self._process = subprocess.Popen(
             [sys.executable, "-m", "testhost.forkserver", str(theirs.fileno()), *preload],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=os.getcwd())
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=os.getcwd(),
+            start_new_session=True)
         theirs.close()
         self._control = ours
         self.alive = True

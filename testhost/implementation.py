@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -17,6 +18,7 @@ from barriers import BY_NAME
 from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
 from . import forkserver
+from .processes import group_members
 from .errors import TestHostError
 
 # The protocol's timeouts; CRASHPROOF_<NAME>_TIMEOUT_S overrides one on the host side (tests shorten them).
@@ -59,6 +61,40 @@ class AdapterProtocolError(TestHostError):
     """The implementation broke the adapter protocol: the case ends with verdict `error`."""
 
 
+class ImplementationDied(AdapterProtocolError):
+    """The implementation exited while the host waited for it (the host did not kill it)."""
+
+
+# How long the host waits for the end of standard output once the process it started has exited: its children
+# (a wrapper's program) are killed with the group, so only a process that left the group can hold it longer.
+_EOF_GRACE_S = 5.0
+_POLL_S = 0.05
+STDERR_TAIL_LINES = 5
+# Every implementation process group this process started and has not yet seen end (for a hard teardown).
+_live: "set[Implementation]" = set()
+_live_lock = threading.RLock()  # re-entered when a stop signal interrupts a clean-up that holds it
+
+
+def kill_all() -> None:
+    """SIGKILL every implementation process group still running (an interrupted run's teardown)."""
+    with _live_lock:
+        running = list(_live)
+    for impl in running:
+        impl.kill_group()
+
+
+def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last lines a process wrote to its standard error log."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
 @dataclass
 class Response:
     outcome: str  # "ok", "fail", "unknown"
@@ -78,7 +114,7 @@ class Response:
 BarrierHandler = Callable[["Implementation", str, dict], None]
 
 
-@dataclass
+@dataclass(eq=False)
 class Implementation:
     """A process started from the user's command line, with the proxy DSNs and the barrier endpoint."""
 
@@ -93,8 +129,14 @@ class Implementation:
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _next_id: int = 1
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    killed_by_host: bool = False  # the host ended it (a kill fault or a clean-up), so its death is no finding
+    broken: bool = False  # it broke the protocol: no polite shutdown, the group is killed at once
+    _output_ended: bool = False
 
     def start(self) -> "Implementation":
+        """Start the process in its own session (its process group is the unit every signal goes to) and read
+        its hello; on any failure the whole group is killed before the error is raised."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         argv = shlex.split(self.command)
         env = {**os.environ, **self.environment, "CRASHPROOF_BARRIERS": "stdio"}
@@ -114,11 +156,22 @@ class Implementation:
             raise AdapterProtocolError(f"cannot start {self.command!r}: {exc.strerror or exc}") from exc
         finally:
             log.close()
+        with _live_lock:
+            _live.add(self)
         threading.Thread(target=self._read, daemon=True, name=f"impl-{self.label}").start()
+        try:
+            self._read_hello()
+        except BaseException:
+            self.broken = True
+            self.kill_group()
+            raise
+        return self
+
+    def _read_hello(self) -> None:
         hello = self._next(TIMEOUT["hello"], "hello")
         if hello is _EOF:
-            raise AdapterProtocolError(f"implementation exited before its hello (exit code {self._process.wait()}); "
-                                       f"see {self.log_path}")
+            self._wait_ended(_EOF_GRACE_S)
+            raise ImplementationDied(self.death_reason("before its hello"))
         if hello.get("type") != "hello":
             raise AdapterProtocolError(f"first message must be hello, got {hello.get('type')!r}")
         if hello.get("protocol") != PROTOCOL_VERSION:
@@ -127,7 +180,24 @@ class Implementation:
         if missing:
             raise AdapterProtocolError(f"hello lacks the mandatory operation(s) {sorted(missing)}")
         self.hello = hello
-        return self
+
+    def death_reason(self, when: str = "") -> str:
+        """`the implementation exited with status N` (or the signal that ended it), with its last stderr lines."""
+        status = self._process.poll() if self._process is not None else None
+        if status is None:
+            ended = "closed its standard output"
+        elif status < 0:
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = f"signal {-status}"
+            ended = f"was ended by {name}"
+        else:
+            ended = f"exited with status {status}"
+        reason = f"the implementation {ended}" + (f" {when}" if when else "")
+        tail = stderr_tail(self.log_path)
+        reason += (f"; its last stderr lines: {' | '.join(tail)}" if tail else "; it wrote nothing to stderr")
+        return f"{reason} (log: {self.log_path})"
 
     def _read(self) -> None:
         for raw in self._process.stdout:
@@ -135,16 +205,36 @@ class Implementation:
         self._lines.put(_EOF)
 
     def _next(self, timeout: float, waiting_for: str) -> dict | object:
-        try:
-            raw = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AdapterProtocolError(f"no {waiting_for} within {timeout:g}s") from None
+        """The next message, or _EOF once the process has ended. The protocol's timeout is for a live process
+        that says nothing: the exit of the started process is noticed within a poll, and its group (a wrapper's
+        children, which may hold standard output open) is killed so the output ends."""
+        if self._output_ended:
+            return _EOF
+        deadline = time.monotonic() + timeout
+        ended_at = None
+        while True:
+            try:
+                raw = self._lines.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if ended_at is None and self._process.poll() is not None:
+                ended_at = now
+                self.kill_group()
+            if ended_at is not None and now - ended_at > _EOF_GRACE_S:
+                self._output_ended = True
+                return _EOF  # a process outside the group holds the pipe; the one started is gone
+            if ended_at is None and now >= deadline:
+                raise AdapterProtocolError(f"no {waiting_for} within {timeout:g}s from a live process "
+                                           f"(pid {self.pid}; log: {self.log_path})")
         if raw is _EOF:
+            self._output_ended = True
             return _EOF
         try:
             message = json.loads(raw)
         except json.JSONDecodeError:
-            raise AdapterProtocolError(f"not a JSON line while waiting for {waiting_for}: {raw[:120]!r}") from None
+            raise AdapterProtocolError(f"not a JSON line while waiting for the {waiting_for}: {raw[:120]!r}") from None
         if not isinstance(message, dict) or "type" not in message:
             raise AdapterProtocolError(f"message without a type: {raw[:120]!r}")
         return message
@@ -174,9 +264,19 @@ class Implementation:
             request_id = self._next_id
             self._next_id += 1
         self.send({"type": "request", "id": request_id, "op": op, "args": args})
+        try:
+            return self._serve_until_response(op, request_id, timeout)
+        except AdapterProtocolError:
+            self.broken = True
+            raise
+
+    def _serve_until_response(self, op: str, request_id: int, timeout: float) -> Response:
         while True:
-            message = self._next(timeout, f"the response to {op}")
+            message = self._next(timeout, f"response to {op}")
             if message is _EOF:
+                self._wait_ended(_EOF_GRACE_S)
+                if not self.killed_by_host:
+                    raise ImplementationDied(self.death_reason(f"while the host waited for the response to {op}"))
                 return Response("unknown", error={"kind": "died", "message": "process ended before responding"},
                                 died=True)
             kind = message["type"]
@@ -196,27 +296,62 @@ class Implementation:
 
     # -- process control (faults) -----------------------------------------------------------------------
 
+    # The process started is its group's leader (a new session), so its pid is the group id. The id stays
+    # taken while any member lives, even after the leader is reaped, so a group signal never reaches a stranger.
+
+    def _signal_group(self, number: int) -> None:
+        if self._process is None:
+            return
+        leader = self._process.pid
+        if self._process.poll() is not None and not [p for p in group_members(leader) if p != leader]:
+            return  # leader reaped and no member left: the id may be a stranger's by now
+        try:
+            os.killpg(self._process.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group has ended
+
+    def _wait_ended(self, timeout: float = 10.0) -> None:
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill_group(self) -> None:
+        """SIGKILL every process of the group (the host's clean-up; wrappers' children included)."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self.killed_by_host = True
+        self._signal_group(signal.SIGKILL)
+        self._wait_ended()
+        with _live_lock:
+            _live.discard(self)
+
     def kill(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait()
+        """The kill fault: SIGKILL to the whole process group, as a crash of the machine would end it."""
+        self.killed_by_host = True
+        self.kill_group()
 
     def pause(self) -> None:
-        self._process.send_signal(signal.SIGSTOP)
+        self._signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self._process.send_signal(signal.SIGCONT)
+        self._signal_group(signal.SIGCONT)
 
     def stop(self) -> None:
-        """Polite shutdown, then SIGKILL after the shutdown timeout."""
-        if not self.alive:
+        """Polite shutdown, then SIGKILL to the group after the shutdown timeout; the group is killed in any
+        case, so no child the implementation left behind outlives its case."""
+        if self._process is None:
             return
-        self.send({"type": "shutdown"})
         try:
-            self._process.wait(TIMEOUT["shutdown"])
-        except subprocess.TimeoutExpired:
-            self.kill()
+            if self.alive and not self.broken:
+                self.send({"type": "shutdown"})
+                try:
+                    self._process.wait(TIMEOUT["shutdown"])
+                except subprocess.TimeoutExpired:
+                    pass
         finally:
+            self.kill_group()
             for stream in (self._process.stdin, self._process.stdout):
                 try:
                     stream.close()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tempfile
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,9 @@ class Job(CasePlan):
 
 
 def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
-    return _worker_run(job.case, job.command, log_dir, baseline, job.migrations)
+    # one folder of logs per implementation (the reference and each mutant run the same case ids)
+    folder = Path(log_dir) / re.sub(r"[^A-Za-z0-9_.-]+", "-", job.command.rsplit("/", 1)[-1]).strip("-")
+    return _worker_run(job.case, job.command, str(folder), baseline, job.migrations)
 
 
 class MutantRun:
@@ -153,7 +156,8 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
         raise ValueError("--impl and --mutants go together: the implementation's command and its folder of patches")
     mutants = load_patch_mutants(impl, mutants_dir, root, names) if mutants_dir else select_mutants(names)
     control_command = impl or REFERENCE_COMMAND
-    log_dir = Path(tempfile.mkdtemp(prefix="crashproof-mutant-logs-"))
+    log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
+    shutil.rmtree(log_dir, ignore_errors=True)
     runner = MutantRun(options, log_dir)
     try:
         census_cases = runner.run([(control_command, None, CasePlan(s.name))

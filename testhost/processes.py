@@ -59,6 +59,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live processes (not zombies) of process group pgid, read from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+
 def pids_with_cwd_or_arg(marker: str) -> list[int]:
     """Live processes whose working directory or command line contains marker (a world's directory)."""
     found = []

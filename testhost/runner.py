@@ -24,7 +24,7 @@ from .checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, CheckRes
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
-from .implementation import AdapterProtocolError, Implementation, Response
+from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
 from .model import Generation, Model
 from .state import read_state
 from .sessions import KeptSession
@@ -41,6 +41,9 @@ REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
 # A fallback retries like any client; its attempts are spaced so a restarted server has time to accept.
 FALLBACK_ATTEMPTS = 5
 FALLBACK_PAUSE_S = 0.3
+# Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
+# retries): a program that dies at every start ends its case here instead of being restarted without end.
+MAX_STARTS = 8
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -84,13 +87,18 @@ class CaseOutcome:
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
+    logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
+    cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
 
     def to_json(self) -> dict:
-        return {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
-                "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
-                "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
-                "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
-                "operations": self.operations}
+        found = {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
+                 "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
+                 "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
+                 "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
+                 "operations": self.operations, "logs": self.logs}
+        if self.verdict == "error":
+            found["cause"] = self.cause or "harness"
+        return found
 
 
 class CaseRun:
@@ -103,6 +111,8 @@ class CaseRun:
         self.log_dir = log_dir
         self.store: Store | None = None
         self.impls: dict[str, Implementation] = {}
+        self.started: list[Implementation] = []  # every process this case started, stopped at its end
+        self.logs: dict[str, Path] = {}
         self.timeline: list[dict] = []
         self.hits: dict[str, int] = {}
         self.injection: Injection | None = None
@@ -144,9 +154,18 @@ class CaseRun:
         env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=True),
                "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=True),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
-        impl = Implementation(self.command, env, self.on_barrier, self.log_dir / f"{self.store.dbname}-{label}.log",
-                              label=label).start()
-        self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by)
+        if len(self.started) >= MAX_STARTS:
+            last = self.started[-1]
+            raise ImplementationDied(f"started {len(self.started)} times in this case, the implementation ended "
+                                     f"each time; the last: {last.death_reason()}")
+        self.logs[label] = self.log_dir / self.plan.id / f"{label}.stderr"
+        impl = Implementation(self.command, env, self.on_barrier, self.logs[label], label=label)
+        self.started.append(impl)
+        try:
+            impl.start()
+        finally:  # a start that failed is on the timeline too, with the pid of what was started
+            self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by,
+                      **({} if impl.hello else {"failed": True}))
         return impl
 
     def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
@@ -646,8 +665,10 @@ class CaseRun:
             failed = [c.name for c in checks if not c.ok]
             outcome.verdict = "fail" if failed else "pass"
             outcome.reason = ", ".join(failed)
+        except ImplementationDied as exc:
+            outcome.verdict, outcome.reason, outcome.cause = "error", str(exc), "implementation"
         except AdapterProtocolError as exc:
-            outcome.verdict, outcome.reason = "error", f"adapter protocol: {exc}"
+            outcome.verdict, outcome.reason, outcome.cause = "error", f"adapter protocol: {exc}", "implementation"
         except Exception as exc:  # noqa: BLE001 - any harness failure is this case's error, never the run's
             outcome.verdict = "error"
             outcome.reason = f"{type(exc).__name__}: {exc}"
@@ -658,14 +679,15 @@ class CaseRun:
             outcome.hits = dict(self.hits)
             outcome.fallbacks = sorted(self.fallbacks)
             outcome.duration_s = time.monotonic() - self._started
+            outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
         return outcome
 
     def _teardown(self) -> None:
-        for impl in self.impls.values():
+        for impl in self.started:
             try:
                 impl.stop()
             except Exception:  # noqa: BLE001
-                impl.kill()
+                impl.kill_group()
         self._close_fallbacks()
         try:
             if self.world.proxy is not None:

@@ -109,6 +109,19 @@ class World:
             shutil.rmtree(self.directory, ignore_errors=True)
         self.toxiproxy = self.proxy = self.cluster = None
 
+    def kill(self) -> None:
+        """The hard teardown of an interrupted run: kill the servers and remove the folder, asking nothing of
+        them (the thread that talks to them was interrupted mid-case)."""
+        for stop in ((self.toxiproxy.stop if self.toxiproxy is not None else None),
+                     (self.cluster.crash if self.cluster is not None else None)):
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # noqa: BLE001 - the rest must still go
+                    pass
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
     def __enter__(self) -> "World":
         return self.up()
 
@@ -178,7 +191,10 @@ def load_state(workspace: Workspace, name: str) -> dict:
     return json.loads(path.read_text())
 
 
-def teardown_state(workspace: Workspace, name: str) -> dict:
+def teardown_state(workspace: Workspace, name: str) -> dict | None:
+    """Kill a detached world's servers and remove it; None when no world of that name is up (nothing to do)."""
+    if not state_file(workspace, name).exists():
+        return None
     state = load_state(workspace, name)
     for part in ("toxiproxy", "postgres"):
         pid = (state.get(part) or {}).get("pid")
@@ -195,6 +211,10 @@ def describe_state(state: dict) -> dict:
     return {**state, "alive": alive}
 
 
+def _one_line(exc: Exception) -> str:
+    return "; ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+
+
 class ExternalWorld(World):
     """An existing server given by `--dsn`: no clock control and no crash; Toxiproxy still fronts it."""
 
@@ -206,12 +226,17 @@ class ExternalWorld(World):
         self.clock = NoClock(self.capabilities.missing[CLOCK])
 
     def up(self) -> "ExternalWorld":
-        info = conninfo_to_dict(self.dsn)
+        try:
+            info = conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError as exc:
+            raise TestHostError(f"--dsn {self.dsn!r} is not a libpq connection string ({_one_line(exc)}); give "
+                                "e.g. \"host=127.0.0.1 port=5432 user=postgres\"") from None
         try:
             with psycopg.connect(self.dsn, connect_timeout=5):
                 pass
         except psycopg.OperationalError as exc:
-            raise TestHostError(f"cannot connect to --dsn server: {str(exc).strip().splitlines()[-1]}") from exc
+            # libpq's first line names host and port, the last gives the hint: keep both, on one line
+            raise TestHostError(f"cannot connect to --dsn server: {_one_line(exc)}") from None
         self.directory = self.workspace.new_world_dir(self.name)
         try:
             self._start_network(f"{info.get('host') or '127.0.0.1'}:{info.get('port') or 5432}")

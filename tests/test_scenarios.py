@@ -40,3 +40,19 @@ def test_relative_times():
     assert relative("+90s") == T0 + timedelta(seconds=90)
     assert relative("-5s") == T0 - timedelta(seconds=5)
     assert relative("accepted+5s", T0 + timedelta(seconds=1)) == T0 + timedelta(seconds=6)
+
+
+def test_a_catalog_folder_replaces_or_joins_the_built_in_one_and_names_the_file_of_an_error(tmp_path):
+    import pytest
+
+    (tmp_path / "ours.toml").write_text('[[steps]]\nop = "drain"\n')
+    assert [s.name for s in load_catalog([tmp_path])] == ["ours"]
+    joined = load_catalog([tmp_path], with_builtin=True)
+    assert "ours" in [s.name for s in joined] and len(joined) == len(load_catalog()) + 1
+    (tmp_path / "at-single.toml").write_text('[[steps]]\nop = "drain"\n')
+    with pytest.raises(ScenarioError, match=r"'at-single' is defined twice: .*catalog/at-single.toml and "
+                                            + str(tmp_path / "at-single.toml")):
+        load_catalog([tmp_path], with_builtin=True)
+    (tmp_path / "broken.toml").write_text('x = 1\n[[steps]\nop = "drain"\n')
+    with pytest.raises(ScenarioError, match=str(tmp_path / "broken.toml") + r": not valid TOML: .*line 2"):
+        load_catalog([tmp_path])

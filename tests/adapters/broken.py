@@ -13,11 +13,17 @@ def send(message):
 
 
 if mode == "crash-at-start":
+    print("broken: giving up at start", file=sys.stderr)
     sys.exit(3)
+if mode == "never-hello":
+    time.sleep(3600)
 if mode == "no-process-due":
     send({"type": "hello", "protocol": 1, "implementation": "broken", "operations": ["create"]})
     sys.exit(0)
 send({"type": "hello", "protocol": 1, "implementation": f"broken-{mode}", "operations": ["process-due"]})
+if mode == "hello-then-exit":
+    print("broken: said hello, now exiting with status 3", file=sys.stderr)
+    sys.exit(3)
 for line in sys.stdin:
     request = json.loads(line)
     if mode == "bad-json":

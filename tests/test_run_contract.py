@@ -1,0 +1,190 @@
+"""The run contract with outside implementations and CI: group kills through a wrapper, stop signals that tear
+everything down and leave a partial report, --fail-fast, --case, --rerun-failed and --catalog."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testhost.certify import Options, certify, exit_code
+from testhost.processes import is_alive
+
+ROOT = Path(__file__).parent.parent
+WRAPPER = Path(__file__).parent / "adapters" / "wrapper.sh"
+WRAPPED_REFERENCE = f"sh {WRAPPER}"
+
+
+def _mentions(pid: int, marker: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().decode("utf-8", "replace").split("\0")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return f"CRASHPROOF_HOME={marker}" in environ or marker in cmdline or marker in cwd
+
+
+def survivors(home: Path) -> list[int]:
+    """Live processes of the run that used this CRASHPROOF_HOME: its workers, servers and implementations (they
+    inherit it in their environment or name it in their command line or working directory)."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()
+            and _mentions(int(e), str(home)) and is_alive(int(e))]
+
+
+@pytest.fixture(scope="module")
+def home():
+    root = Path(tempfile.mkdtemp(prefix="crashproof-contract-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _env(home: Path) -> dict:
+    return {**os.environ, "CRASHPROOF_HOME": str(home), "PYTHON": sys.executable}
+
+
+def test_a_wrapper_that_runs_the_reference_as_its_child_passes_every_kill_and_pause_case(tmp_path, monkeypatch):
+    """The shell stays the group's leader, the adapter its child: kill and pause must reach both."""
+    monkeypatch.setenv("PYTHON", sys.executable)
+    code, report = certify(Options(command=WRAPPED_REFERENCE, scenario="at-single,two-processors-race",
+                                   fault=["kill", "pause"], jobs=2, report_dir=tmp_path, progress=lambda line: None))
+    faulted = [c for c in report["cases"] if c["fault"]]
+    assert {c["fault"] for c in faulted} == {"kill", "pause"} and len(faulted) >= 10
+    assert code == 0, [(c["id"], c["reason"]) for c in report["cases"] if c["verdict"] != "pass"]
+    assert report["implementation"]["launcher"] == "spawn"
+    stderr = (tmp_path / faulted[0]["logs"]["A"]).read_text()
+    assert "wrapper: the adapter exited" in stderr  # the log is the wrapper's and its child's
+
+
+def _start_run(home: Path, report_dir: Path, *extra: str) -> tuple[subprocess.Popen, list[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "testhost.cli", "certify", "--impl", WRAPPED_REFERENCE, "--scenario", "at-single",
+         "--fault", "kill,pause", "--jobs", "2", "--report-dir", str(report_dir), *extra],
+        cwd=ROOT, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    errors: list[str] = []
+    threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
+    deadline = time.monotonic() + 180
+    # two fault-free runs: the implementation's and the reference's (whose barriers it must reach too)
+    while sum(line.startswith("fault-free") and "1/1" in line for line in errors) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, "".join(errors)
+        time.sleep(0.1)
+    time.sleep(1.5)  # faulted cases are running now, with worlds and implementations up
+    return process, errors
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("to", ["process", "group"])
+def test_a_stop_signal_tears_everything_down_and_writes_a_partial_report(sig, to, home, tmp_path):
+    report_dir = tmp_path / "report"
+    process, errors = _start_run(home, report_dir)
+    assert survivors(home), "the run has no processes to leave behind: the test would prove nothing"
+    (os.killpg if to == "group" else os.kill)(process.pid, sig)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 128 + sig, out + "".join(errors)
+    assert f"partial report: {report_dir / 'report.json'}" in out and out.startswith("interrupted after ")
+    assert "Traceback" not in out + "".join(errors)
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["interrupted"] is True and report["partial"] is True
+    assert report["run"]["stopped_by"] == sig.name
+    done, total = out.split("interrupted after ")[1].split(" cases")[0].split(" of ")
+    assert int(total) == report["summary"]["cases"] > int(done) >= 1
+    not_run = [c for c in report["cases"] if c["verdict"] == "not-run"]
+    assert len(not_run) == int(total) - int(done) and all("the run stopped" in c["reason"] for c in not_run)
+    assert report["cases"][0]["id"] == "at-single" and report["cases"][0]["verdict"] == "pass"
+    assert list((home / "worlds").iterdir()) == []
+    assert survivors(home) == []
+
+
+def test_a_second_signal_forces_the_exit_and_the_workers_still_clean_up(home, tmp_path):
+    process, errors = _start_run(home, tmp_path / "report")
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 143
+    deadline = time.monotonic() + 60
+    while (survivors(home) or list((home / "worlds").iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert survivors(home) == [] and list((home / "worlds").iterdir()) == []
+
+
+def test_fail_fast_stops_at_the_first_failed_case_with_a_partial_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHON", sys.executable)
+    lines = []
+    code, report = certify(Options(command=f"sh {WRAPPER} tests.adapters.broken hello-then-exit",
+                                   scenario="a[ft]*", jobs=1, fail_fast=True, report_dir=tmp_path,
+                                   progress=lines.append))
+    assert code == 1 and report["partial"] is True and report["interrupted"] is False
+    verdicts = [c["verdict"] for c in report["cases"]]
+    assert verdicts.count("error") == 1 and verdicts.count("not-run") == 1, verdicts
+    assert report["run"]["stopped_by"].startswith("--fail-fast: ")
+
+
+def test_case_runs_only_the_named_cases_and_names_one_not_in_the_matrix(tmp_path):
+    code, report = certify(Options(cases=["at-single/schedule-link-after-commit/kill/1",
+                                          "at-single/schedule-link-after-commit/kill/9"],
+                                   report_dir=tmp_path, progress=lambda line: None))
+    by_id = {c["id"]: c for c in report["cases"]}
+    assert set(by_id) == {"at-single", "at-single/schedule-link-after-commit/kill/1",
+                          "at-single/schedule-link-after-commit/kill/9"}
+    assert by_id["at-single/schedule-link-after-commit/kill/1"]["verdict"] == "pass"
+    assert by_id["at-single/schedule-link-after-commit/kill/9"]["verdict"] == "not-run"
+    assert "not in this run's matrix" in by_id["at-single/schedule-link-after-commit/kill/9"]["reason"]
+    assert code == 1
+
+
+def test_rerun_failed_runs_only_what_did_not_pass(home, tmp_path):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "report.json").write_text(json.dumps({"cases": [
+        {"id": "after-single", "verdict": "pass"},
+        {"id": "at-single/schedule-claim-after-commit/pause/1", "verdict": "fail"}]}))
+    result = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--rerun-failed", str(earlier),
+                             "--report-dir", str(tmp_path / "again")], cwd=ROOT, env=_env(home),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "again" / "report.json").read_text())
+    assert [c["id"] for c in report["cases"]] == ["at-single", "at-single/schedule-claim-after-commit/pause/1"]
+    (earlier / "report.json").write_text(json.dumps({"cases": [{"id": "after-single", "verdict": "pass"}]}))
+    nothing = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--rerun-failed", str(earlier)],
+                             cwd=ROOT, env=_env(home), capture_output=True, text=True, timeout=60)
+    assert nothing.returncode == 0 and "nothing to rerun" in nothing.stdout
+
+
+def test_a_catalog_of_a_teams_own_replaces_or_joins_the_built_in_one(home, tmp_path):
+    own = tmp_path / "ours"
+    own.mkdir()
+    shutil.copy(ROOT / "scenarios" / "catalog" / "at-single.toml", own / "team-at.toml")
+    code, report = certify(Options(catalog=[own], barrier="schedule-link-after-commit", fault="kill",
+                                   report_dir=tmp_path / "r", progress=lambda line: None))
+    assert code == 0 and [c["scenario"] for c in report["cases"]] == ["team-at"] * 2
+    builtin = subprocess.run([sys.executable, "-m", "testhost.cli", "--version"], cwd=ROOT, env=_env(home),
+                             capture_output=True, text=True).stdout
+    assert report["suite_version"].startswith("crashproof-barrier-suite-1+") and report["suite_version"] not in builtin
+    listing = subprocess.run([sys.executable, "-m", "testhost.cli", "scenarios", "--catalog", str(own),
+                              "--with-builtin"], cwd=ROOT, env=_env(home), capture_output=True, text=True)
+    assert "team-at" in listing.stdout and "coalesce-terminal-callback" in listing.stdout
+
+
+def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
+    passed, failed = {"verdict": "pass"}, {"verdict": "fail"}
+    harness = {"verdict": "error", "cause": "harness"}
+    protocol = {"verdict": "error", "cause": "implementation"}
+    assert exit_code([passed, passed], []) == 0
+    assert exit_code([passed, failed], []) == 1
+    assert exit_code([passed, protocol], []) == 1
+    assert exit_code([passed, {"verdict": "not-run"}], []) == 1
+    assert exit_code([passed], ["barrier X is never reached by any scenario"]) == 1
+    assert exit_code([passed, harness], []) == 3
+    assert exit_code([failed, harness], []) == 1  # a finding about the implementation outranks a harness error
+    assert exit_code([], []) == 1
