@@ -172,9 +172,11 @@ def test_jobs_below_one_and_bad_selections_are_refused(home):
 
 
 def test_filters_take_several_values_comma_separated_and_repeated(home):
+    from scenarios.model import load_catalog
     result = _run(home, "scenarios", "--scenario", "at-*,every-*", "--scenario", "after-single")
     names = [line.split()[0] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
-    assert result.returncode == 0 and names == ["after-single", "at-single", "every-anchored", "every-unanchored"]
+    expected = sorted(s.name for s in load_catalog() if s.name.startswith(("at-", "every-")) or s.name == "after-single")
+    assert result.returncode == 0 and names == expected and len(expected) >= 4 and "after-single" in names
 
 
 def test_world_down_is_idempotent(home):
