@@ -141,8 +141,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-long-lease", CLAIM_LIMITS,
         "claim_schedule_dispatch accepts leases up to an hour, so a 30-minute lease is granted.",
-        (Edit("migrations/0004_schedule_protocol.sql", "p_lease_duration > interval '10 minutes'",
-              "p_lease_duration > interval '1 hour'"),),
+        (Edit("migrations/0004_schedule_protocol.sql", "expires_utc > p_claimed_at + interval '10 minutes'",
+              "expires_utc > p_claimed_at + interval '1 hour'"),),
         slice=("claim-refusals",)),
     Mutant(
         "release-clears-clock-suspension", RELEASE_ONLY_EPOCH,

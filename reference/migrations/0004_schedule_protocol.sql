@@ -213,6 +213,31 @@ end
 $$;
 select appsurface_durable.ensure_schedule_history_partitions();
 
+-- The lease a claim would grant, checked where it lands: an interval's months and days are calendar
+-- arithmetic while interval comparison counts a month as 30 days, so '1 mon -30 days 5 min' compares as
+-- five minutes yet ends a day later in a 31-day month. The computed expiry must be strictly after the
+-- claim and at most ten minutes after it; a duration that overflows the timestamp range is refused too.
+-- UTC, so the session's time zone cannot move a day's length.
+create function appsurface_durable.lease_expiry(p_claimed_at timestamptz, p_lease_duration interval)
+returns timestamptz
+language plpgsql stable set search_path = pg_catalog, pg_temp set timezone = 'UTC' as $$
+declare
+    expires_utc timestamptz;
+begin
+    begin
+        expires_utc := p_claimed_at + p_lease_duration;
+    exception when datetime_field_overflow or numeric_value_out_of_range or interval_field_overflow then
+        expires_utc := null;
+    end;
+    if expires_utc is null or expires_utc <= p_claimed_at or expires_utc > p_claimed_at + interval '10 minutes' then
+        raise exception 'lease duration must end after the claim and at most 10 minutes after it (got %, ending %)',
+            coalesce(p_lease_duration::text, 'null'), coalesce(expires_utc::text, 'out of range')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return expires_utc;
+end
+$$;
+
 -- The dispatcher's only door. It validates its arguments before it touches a row, uses the due
 -- time internally, and returns nothing but the routing ID, the Schedule ID and the dispatch revision.
 create function appsurface_durable.claim_schedule_dispatch(p_lease_owner text, p_lease_duration interval)
@@ -221,6 +246,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     claimed_id bigint;
     now_utc timestamptz := transaction_timestamp();
+    expires_utc timestamptz;
 begin
     if p_lease_owner is null or btrim(p_lease_owner) = '' then
         raise exception 'lease owner must not be blank' using errcode = 'invalid_parameter_value';
@@ -229,10 +255,7 @@ begin
         raise exception 'lease owner must be at most 200 characters without control characters'
             using errcode = 'invalid_parameter_value';
     end if;
-    if p_lease_duration is null or p_lease_duration <= interval '0' or p_lease_duration > interval '10 minutes' then
-        raise exception 'lease duration must be positive and at most 10 minutes (got %)', coalesce(p_lease_duration::text, 'null')
-            using errcode = 'invalid_parameter_value';
-    end if;
+    expires_utc := appsurface_durable.lease_expiry(now_utc, p_lease_duration);
 
     select t.dispatch_id into claimed_id
     from appsurface_durable.schedule_dispatch_timing t
@@ -247,8 +270,8 @@ begin
 
     update appsurface_durable.schedule_dispatch_timing
        set lease_owner = p_lease_owner,
-           lease_expires_at_utc = now_utc + p_lease_duration,
-           claimable_at_utc = now_utc + p_lease_duration
+           lease_expires_at_utc = expires_utc,
+           claimable_at_utc = expires_utc
      where dispatch_id = claimed_id;
     return query
         update appsurface_durable.schedule_dispatch d
