@@ -35,6 +35,7 @@ COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
 FUNCTION_GRANTS: dict[str, set[str]] = {
     "claim_schedule_dispatch": {DISPATCHER},
     "current_scope": {RUNTIME},
+    "set_local_scope": {RUNTIME},
     "current_scope_routing_id": {RUNTIME},
     "scope_for_routing_id": {RUNTIME},
     "locked_scope_fences": {RUNTIME},

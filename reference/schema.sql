@@ -58,11 +58,24 @@ $$;
 -- Scopes: the tenant boundary, with forced RLS on the local setting appsurface_durable.scope_id
 -- ================================================================================================
 
+-- The scope authorizes only the transaction that set it: set_local_scope stores it bound to that
+-- transaction's ID, and current_scope reads it only inside that transaction. A value left at session
+-- level on a pooled connection (SET, or set_config(..., false)) reads nothing in any later transaction,
+-- and neither does a raw scope ID written to the setting by hand.
 create function appsurface_durable.current_scope() returns text
 language sql stable as $$
-    select nullif(current_setting('appsurface_durable.scope_id', true), '')
+    select case when split_part(current_setting('appsurface_durable.scope_id', true), '/', 1)
+                     = pg_current_xact_id_if_assigned()::text
+                then nullif(split_part(current_setting('appsurface_durable.scope_id', true), '/', 2), '') end
+$$;
+
+create function appsurface_durable.set_local_scope(p_scope_id text) returns text
+language sql as $$
+    select split_part(set_config('appsurface_durable.scope_id',
+                                 pg_current_xact_id()::text || '/' || coalesce(p_scope_id, ''), true), '/', 2)
 $$;
 grant execute on function appsurface_durable.current_scope() to appsurface_durable_runtime;
+grant execute on function appsurface_durable.set_local_scope(text) to appsurface_durable_runtime;
 
 -- routing_id is the opaque number the dispatcher sees instead of the scope identity.
 create table appsurface_durable.scopes (

@@ -586,7 +586,7 @@ def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(stor
     text, names = _server_form(query("schedule", "slot_busy"))
     with psycopg.connect(store.runtime_dsn, autocommit=True, options=GENERIC_PLANS) as conn:
         conn.execute("begin")
-        conn.execute("select set_config('appsurface_durable.scope_id', 'tenant-plan', true)")
+        conn.execute("select appsurface_durable.set_local_scope('tenant-plan')")
         conn.execute(f"prepare slot_busy as {text}")
         plan = "\n".join(r[0] for r in conn.execute(
             f"explain (costs off) execute slot_busy({', '.join(['null'] * len(names))})").fetchall())

@@ -312,7 +312,7 @@ def _scoped(conn: psycopg.Connection, scope_id: str | None):
     """A runtime transaction with the local scope set (or, for None, left unset)."""
     with conn.transaction():
         if scope_id is not None:
-            conn.execute("select set_config(%s, %s, true)", (SCOPE_SETTING, scope_id))
+            conn.execute("select appsurface_durable.set_local_scope(%s)", (scope_id,))
         yield conn
 
 
@@ -408,9 +408,8 @@ def test_the_bridge_proves_current_user_before_setting_the_scope(store):
             with session.scoped("tenant-a", RUNTIME):
                 pytest.fail("the scoped block must not run for a non-runtime role")
         assert session.conn.info.transaction_status.name == "IDLE"
-        # Proof and setting are one statement (sent with BEGIN): set_config runs only for the runtime role.
-        proof = (PROVE_AND_SET_SCOPE, {"runtime_role": RUNTIME, "setting": SCOPE_SETTING, "scope_id": "tenant-a",
-                                       "routing_id": None})
+        # Proof and setting are one statement (sent with BEGIN): the scope is set only for the runtime role.
+        proof = (PROVE_AND_SET_SCOPE, {"runtime_role": RUNTIME, "scope_id": "tenant-a", "routing_id": None})
         with session.transaction(reads=(proof,)) as s:
             assert s.read_rows[0] == [{"user": OWNER, "scope": None}]
             assert s.one("select current_setting(%s, true) as scope", (SCOPE_SETTING,))["scope"] in (None, "")
@@ -469,3 +468,43 @@ def test_access_and_bridge_failures_are_not_retriable(store):
         assert caught.value.retriable is False
     finally:
         session.close()
+
+
+# -- the scope authorizes only the transaction that set it -------------------------------------------
+
+def test_a_scope_left_at_session_level_reads_nothing_in_later_transactions(store):
+    """A pooled connection that once set the scope for its session (SET, or set_config(..., false)) leaks no
+    row into the next transaction: the value is bound to the transaction that set it."""
+    schedule_id = create_schedule(store)
+    tables = ("schedule_definitions", "schedule_generations", "schedule_commands", "schedule_dispatch",
+              "schedule_dispatch_timing", "schedule_history", "scopes")
+    with connect(store.runtime_dsn) as conn:
+        def visible() -> dict[str, int]:
+            return {t: conn.execute(f"select count(*) as n from appsurface_durable.{t}").fetchone()["n"]
+                    for t in tables}
+
+        # Inside the transaction that bound it, the scope reads its rows.
+        with conn.transaction():
+            assert conn.execute("select appsurface_durable.set_local_scope('tenant-a') as scope").fetchone() \
+                == {"scope": "tenant-a"}
+            inside = visible()
+            leaked = conn.execute("select current_setting(%s) as value", (SCOPE_SETTING,)).fetchone()["value"]
+        assert all(inside.values()), inside
+
+        for leftover in (f"set {SCOPE_SETTING} = 'tenant-a'",
+                         f"select set_config('{SCOPE_SETTING}', 'tenant-a', false)",
+                         # the exact value the binding wrote, replayed at session level
+                         f"select set_config('{SCOPE_SETTING}', '{leaked}', false)",
+                         f"select set_config('{SCOPE_SETTING}', pg_current_xact_id()::text || '/tenant-a', false)"):
+            conn.execute(leftover)
+            assert conn.execute("select current_setting(%s) as value", (SCOPE_SETTING,)).fetchone()["value"]
+            with conn.transaction():
+                assert conn.execute("select appsurface_durable.current_scope() as scope").fetchone()["scope"] is None
+                assert visible() == dict.fromkeys(tables, 0), leftover
+                with pytest.raises(pgerrors.InsufficientPrivilege):
+                    with conn.transaction():
+                        conn.execute("insert into appsurface_durable.schedule_history "
+                                     "(scope_id, schedule_id, recorded_at_utc, event) "
+                                     "values ('tenant-a', %s, now(), 'forged')", (schedule_id,))
+            assert visible() == dict.fromkeys(tables, 0), leftover  # autocommit statements too
+            conn.execute(f"reset {SCOPE_SETTING}")

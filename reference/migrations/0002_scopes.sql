@@ -2,9 +2,21 @@
 -- on the local setting appsurface_durable.scope_id. The routing ID is the opaque number the
 -- dispatcher sees instead of the scope identity.
 
+-- The scope authorizes only the transaction that set it: set_local_scope stores it bound to that
+-- transaction's ID, and current_scope reads it only inside that transaction. A value left at session
+-- level on a pooled connection (SET, or set_config(..., false)) reads nothing in any later transaction,
+-- and neither does a raw scope ID written to the setting by hand.
 create function appsurface_durable.current_scope() returns text
 language sql stable as $$
-    select nullif(current_setting('appsurface_durable.scope_id', true), '')
+    select case when split_part(current_setting('appsurface_durable.scope_id', true), '/', 1)
+                     = pg_current_xact_id_if_assigned()::text
+                then nullif(split_part(current_setting('appsurface_durable.scope_id', true), '/', 2), '') end
+$$;
+
+create function appsurface_durable.set_local_scope(p_scope_id text) returns text
+language sql as $$
+    select split_part(set_config('appsurface_durable.scope_id',
+                                 pg_current_xact_id()::text || '/' || coalesce(p_scope_id, ''), true), '/', 2)
 $$;
 
 create table appsurface_durable.scopes (
@@ -50,5 +62,6 @@ $$;
 
 grant select on appsurface_durable.scopes to appsurface_durable_runtime;
 grant execute on function appsurface_durable.current_scope() to appsurface_durable_runtime;
+grant execute on function appsurface_durable.set_local_scope(text) to appsurface_durable_runtime;
 grant execute on function appsurface_durable.scope_for_routing_id(bigint) to appsurface_durable_runtime;
 grant execute on function appsurface_durable.locked_scope_fences() to appsurface_durable_runtime;
