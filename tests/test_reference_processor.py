@@ -595,3 +595,37 @@ def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(stor
     at = next(i for i, line in enumerate(lines) if "on schedule_occurrences o" in line)
     assert "Index Scan" in lines[at] and "schedule_id = $1" in lines[at + 1], plan
     assert "Index Cond: ((scope_id = o.scope_id) AND (work_id = o.work_id))" in plan, plan
+
+
+# -- counts report committed facts only --------------------------------------------------------------
+
+FAULTS = {
+    "disconnect": lambda world: world.proxy.cut(),
+    "db-crash": lambda world: (world.cluster.crash(), world.cluster.restart()),
+}
+
+
+@pytest.mark.parametrize("barrier", ["schedule-decision-before-commit", "schedule-bridge-before-commit"])
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_counts_report_committed_facts_only_after_a_retried_transaction(fresh_world, barrier_sink, fault, barrier):
+    """A real fault right before a COMMIT rolls that transaction back and the processor retries it: the pass
+    reports one occurrence and one materialized Work, as the store holds, not one per attempt."""
+    from testhost.store import new_store
+    actions, hits = barrier_sink
+    store = new_store(fresh_world)
+    store.ensure_partitions()
+    store.create_scope("tenant-a")
+    with ScheduleClient(store.runtime_dsn, "tenant-a") as client:
+        view = client.create(every(60))
+    fresh_world.clock.shift(timedelta(seconds=61))
+    processor = ScheduleProcessor(store.dsn("appsurface_durable_runtime", proxied=True),
+                                  store.dsn("appsurface_durable_dispatcher", proxied=True), deadline=10.0)
+    actions[barrier] = lambda _context: FAULTS[fault](fresh_world)
+    try:
+        counts = processor.process_due()
+    finally:
+        processor.close()
+    assert hits.count(barrier) == 2, hits  # the fault struck, and the transaction ran again
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["state"] == "materialized" and [w["work_id"] for w in works(store)] == [occ["work_id"]]
+    assert (counts.claimed, counts.occurrences, counts.materialized, counts.aborted) == (1, 1, 1, 0), counts
