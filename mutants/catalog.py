@@ -34,8 +34,8 @@ MUTANTS: tuple[Mutant, ...] = (
               '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
               '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
          Edit("processor.py",
-              "            bridge = self._decide(s, claim, counts)\n",
-              "            self._cursor_later = None\n            bridge = self._decide(s, claim, counts)\n"),
+              "            bridge = self._decide(s, claim, decided)\n",
+              "            self._cursor_later = None\n            bridge = self._decide(s, claim, decided)\n"),
          Edit("processor.py",
               '        barriers.hit("schedule-decision-after-commit", **context)\n',
               '        barriers.hit("schedule-decision-after-commit", **context)\n'
