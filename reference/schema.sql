@@ -1,4 +1,4 @@
--- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0006
+-- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0004
 -- (after the runner's bootstrap) produce together, consolidated into one file in dependency order.
 --
 -- This file is a declaration to read and to compare against, not a way to install a store: a database
@@ -104,7 +104,7 @@ language sql as $$
 $$;
 
 -- The runtime learns which scope a claimed routing ID belongs to before it sets the local scope.
--- (PL/pgSQL from migration 0005: its plan is kept for the session.)
+-- (PL/pgSQL: its plan is kept for the session, where a SQL body that cannot be inlined is planned per call.)
 create function appsurface_durable.scope_for_routing_id(p_routing_id bigint) returns text
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -484,7 +484,7 @@ $$;
 
 -- When Work reaches terminal truth, the same transaction requeues the Schedule's dispatch row if a
 -- pending coalesced occurrence waits in the active generation. Retries, suspension and other
--- nonterminal states release nothing. It locks the dispatch row before it looks (migration 0006): a
+-- nonterminal states release nothing. It locks the dispatch row before it looks: a
 -- decision writing a coalesced occurrence holds that row until it commits.
 create function appsurface_durable.requeue_after_work_terminal() returns trigger
 language plpgsql as $$

@@ -43,9 +43,13 @@ language sql as $$
 $$;
 
 -- The runtime learns which scope a claimed routing ID belongs to before it sets the local scope.
+-- This and locked_scope_fences are PL/pgSQL: a SQL function whose body cannot be inlined is planned again
+-- on every call, while PL/pgSQL keeps its plan for the session.
 create function appsurface_durable.scope_for_routing_id(p_routing_id bigint) returns text
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select scope_id from appsurface_durable.scopes where routing_id = p_routing_id
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return (select s.scope_id from appsurface_durable.scopes s where s.routing_id = p_routing_id);
+end
 $$;
 
 -- The fences a scoped transaction validates: the active store epoch and the scope generation, with the
@@ -53,11 +57,14 @@ $$;
 -- definer because a row lock needs UPDATE, which the runtime must not have on scopes.
 create function appsurface_durable.locked_scope_fences()
 returns table (runtime_epoch bigint, scope_generation bigint, routing_id bigint)
-language sql security definer set search_path = pg_catalog, pg_temp as $$
-    select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
-    from appsurface_durable.scopes s
-    where s.scope_id = appsurface_durable.current_scope()
-    for share of s
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return query
+        select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
+        from appsurface_durable.scopes s
+        where s.scope_id = appsurface_durable.current_scope()
+        for share of s;
+end
 $$;
 
 grant select on appsurface_durable.scopes to appsurface_durable_runtime;

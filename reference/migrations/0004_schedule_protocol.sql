@@ -174,8 +174,10 @@ $$;
 
 -- The queue carries the routing ID, not the scope: its runtime policy maps the local scope to it.
 create function appsurface_durable.current_scope_routing_id() returns bigint
-language sql stable as $$
-    select routing_id from appsurface_durable.scopes where scope_id = appsurface_durable.current_scope()
+language plpgsql stable as $$
+begin
+    return (select s.routing_id from appsurface_durable.scopes s where s.scope_id = appsurface_durable.current_scope());
+end
 $$;
 alter table appsurface_durable.schedule_dispatch enable row level security;
 alter table appsurface_durable.schedule_dispatch force row level security;
@@ -284,7 +286,10 @@ $$;
 
 -- When Work reaches terminal truth, the same transaction requeues the Schedule's dispatch row if a
 -- pending coalesced occurrence waits in the active generation. Retries, suspension and other
--- nonterminal states release nothing. Only dispatch eligibility changes here.
+-- nonterminal states release nothing. Only dispatch eligibility changes here. It locks the schedule's
+-- dispatch row before it looks for the pending coalesced occurrence: a decision that writes one holds
+-- that row until it commits, so a check made first could run before that commit, find nothing, and
+-- leave the occurrence waiting for the next instant instead of the next pass.
 create function appsurface_durable.requeue_after_work_terminal() returns trigger
 language plpgsql as $$
 declare
@@ -300,13 +305,15 @@ begin
     end if;
     select d.dispatch_id into dispatch
     from appsurface_durable.schedule_dispatch d
-    join appsurface_durable.schedule_definitions s on s.schedule_id = d.schedule_id and s.scope_id = new.scope_id
-    where d.schedule_id = occ.schedule_id and s.lifecycle_state = 'active'
-      and exists (select 1 from appsurface_durable.schedule_occurrences p
-                  where p.scope_id = s.scope_id and p.schedule_id = s.schedule_id and p.generation = s.active_generation
-                    and p.occurrence_kind = 'coalesced' and p.state = 'pending')
+    where d.schedule_id = occ.schedule_id
     for update of d;
-    if dispatch is null then
+    if dispatch is null or not exists (
+        select 1
+        from appsurface_durable.schedule_definitions s
+        join appsurface_durable.schedule_occurrences p
+          on p.scope_id = s.scope_id and p.schedule_id = s.schedule_id and p.generation = s.active_generation
+        where s.scope_id = new.scope_id and s.schedule_id = occ.schedule_id and s.lifecycle_state = 'active'
+          and p.occurrence_kind = 'coalesced' and p.state = 'pending') then
         return new;
     end if;
     update appsurface_durable.schedule_dispatch_timing
