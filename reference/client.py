@@ -205,7 +205,7 @@ class ScheduleClient:
 
     def delete(self, schedule_id: uuid.UUID, *, expected_revision: int,
                command_id: uuid.UUID | None = None) -> Result:
-        """Terminal for this identity: pending occurrences are superseded, the dispatch row goes."""
+        """Terminal for this identity: pending occurrences are superseded, the dispatch row is retired."""
         command_id = command_id or uuid.uuid4()
         with self.session.scoped(self.scope_id, self.runtime_role,
                                  reads=self._command_reads(command_id)) as s:
@@ -216,7 +216,9 @@ class ScheduleClient:
             superseded = s.all(query("schedule", "supersede_pending"), {"schedule_id": schedule_id, "keep_generation": None})
             revision = self._advance(s, current, lifecycle_state="deleted", suspension_reason=None)
             self._record_command(s, command_id, schedule_id, "delete", accepted_at, None, revision)
-            s.execute(query("schedule", "delete_dispatch"), {"schedule_id": schedule_id})
+            # The dispatch row stays (the runtime never deletes one): released for good, never claimable
+            # again, and its new revision fences a processor holding the lease.
+            s.execute(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": None})
             self._history(s, schedule_id, "deleted", current["active_generation"],
                           {"command_id": str(command_id), "superseded": len(superseded)})
             return self._current_view(s, schedule_id)

@@ -34,6 +34,20 @@ create table appsurface_durable.schedule_definitions (
     check ((lifecycle_state = 'suspended') = (suspension_reason is not null))
 );
 
+-- The cursor is a high-water mark: no update, by any role, moves it backwards.
+create function appsurface_durable.cursor_never_moves_backwards() returns trigger
+language plpgsql as $$
+begin
+    if new.cursor_utc < old.cursor_utc then
+        raise exception 'the cursor never moves backwards (% -> %)', old.cursor_utc, new.cursor_utc
+            using errcode = 'check_violation';
+    end if;
+    return new;
+end
+$$;
+create trigger cursor_never_moves_backwards before update on appsurface_durable.schedule_definitions
+    for each row execute function appsurface_durable.cursor_never_moves_backwards();
+
 -- Immutable generations: a snapshot of the definition and its target, never rewritten.
 create table appsurface_durable.schedule_generations (
     scope_id          text        not null,
@@ -153,8 +167,36 @@ create table appsurface_durable.schedule_history (
     recorded_at_utc timestamptz not null,
     event           text        not null,
     generation      bigint,
-    detail          jsonb       not null default '{}'
+    detail          jsonb       not null default '{}',
+    check (event in ('created', 'updated', 'deleted', 'released-after-recovery', 'suspended',
+                     'recovery-declared', 'recovery-skipped', 'requeued-after-work-terminal', 'due-instants-superseded'))
 ) partition by range (recorded_at_utc);
+
+-- The audit trail, guarded by the database for every role (the owner included; a month leaves whole,
+-- by detach after its transcript): a history row is stamped with its transaction's own timestamp,
+-- names an event the protocol writes, and is about a schedule of its scope; no row is ever updated
+-- or deleted. The runtime may append a well-formed event about its own schedule, which is what the
+-- protocol's transactions do; it cannot back-date one, invent a schedule or rewrite the past.
+create function appsurface_durable.history_is_an_audit_trail() returns trigger
+language plpgsql as $$
+begin
+    if tg_op <> 'INSERT' then
+        raise exception 'schedule history is append-only: % refused', tg_op using errcode = 'restrict_violation';
+    end if;
+    if new.recorded_at_utc is distinct from transaction_timestamp() then
+        raise exception 'schedule history is stamped by the server: recorded_at_utc must be transaction_timestamp(), not %',
+            new.recorded_at_utc using errcode = 'check_violation';
+    end if;
+    if not exists (select 1 from appsurface_durable.schedule_definitions d
+                   where d.scope_id = new.scope_id and d.schedule_id = new.schedule_id) then
+        raise exception 'schedule history must be about a schedule of its scope: scope % has no schedule %',
+            new.scope_id, new.schedule_id using errcode = 'foreign_key_violation';
+    end if;
+    return new;
+end
+$$;
+create trigger history_is_an_audit_trail before insert or update or delete on appsurface_durable.schedule_history
+    for each row execute function appsurface_durable.history_is_an_audit_trail();
 
 -- Forced RLS on every scoped table, keyed on the local scope setting.
 do $$
@@ -338,9 +380,9 @@ grant select, insert on appsurface_durable.schedule_commands to appsurface_durab
 grant select, insert, update on appsurface_durable.schedule_definitions to appsurface_durable_runtime;
 grant select, insert on appsurface_durable.schedule_generations to appsurface_durable_runtime;
 grant select, insert, update on appsurface_durable.schedule_occurrences to appsurface_durable_runtime;
-grant select, insert, delete on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
+grant select, insert on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
 grant update (lease_state, dispatch_revision) on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
-grant select, insert, update, delete on appsurface_durable.schedule_dispatch_timing to appsurface_durable_runtime;
+grant select, insert, update on appsurface_durable.schedule_dispatch_timing to appsurface_durable_runtime;
 grant select, insert on appsurface_durable.schedule_history to appsurface_durable_runtime;
 grant execute on function appsurface_durable.current_scope_routing_id() to appsurface_durable_runtime;
 
