@@ -5,6 +5,7 @@ included), and blank or invisible lease owners are refused; every refusal change
 from __future__ import annotations
 
 import calendar
+import unicodedata
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -153,3 +154,57 @@ def test_the_bypassing_intervals_at_the_server_clock(store, world, claimed_at, d
         assert now < timing["lease_expires_at_utc"] == timing["claimable_at_utc"] <= now + TEN_MINUTES
     finally:
         world.clock.reset()
+
+
+# -- blank and control-character lease owners ---------------------------------------------------------
+
+# Default_Ignorable_Code_Point (Unicode DerivedCoreProperties) outside category Cf, which is refused on its own.
+DEFAULT_IGNORABLE_NOT_CF = ("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u3164\ufe00\ufe0f\uffa0"
+                            "\U000e0100\U000e01ef")
+REFUSED_CATEGORIES = {"Cc", "Cf", "Zl", "Zp"}
+ALL_CODE_POINTS = [chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+CONTROLS = [c for c in ALL_CODE_POINTS if unicodedata.category(c) in REFUSED_CATEGORIES]
+WHITE_SPACE = [c for c in ALL_CODE_POINTS if c.isspace()]
+
+
+def owner_refused(owner: str) -> bool:
+    """The reading, from Python's own Unicode database: any Cc, Cf, Zl or Zp code point, or nothing left once
+    White_Space and Default_Ignorable code points are removed, or longer than 200 characters."""
+    if len(owner) > 200 or any(unicodedata.category(c) in REFUSED_CATEGORIES for c in owner):
+        return True
+    return all(c.isspace() or c in DEFAULT_IGNORABLE_NOT_CF for c in owner)
+
+
+owner_parts = st.one_of(st.sampled_from(CONTROLS), st.sampled_from(WHITE_SPACE),
+                        st.sampled_from(DEFAULT_IGNORABLE_NOT_CF),
+                        st.characters(whitelist_categories=("Lu", "Ll", "Lo", "Nd", "Pd", "Po", "Sm", "Mn", "Zs")))
+
+
+@FIXTURE_HEALTH
+@given(owner=st.lists(owner_parts, min_size=1, max_size=8).map("".join))
+def test_lease_owners_blank_or_with_control_code_points_are_refused(store, owner):
+    """Over Cc, Cf, Zl, Zp, White_Space and Default_Ignorable code points mixed with visible ones: refused
+    exactly when the reading says so (no schedule is due, so an admitted claim finds nothing to take)."""
+    assume("\x00" not in owner)
+    with connect(store.dispatcher_dsn) as conn:
+        try:
+            conn.execute(CLAIM, (owner, "30 seconds")).fetchall()
+        except pgerrors.InvalidParameterValue as refused:
+            assert owner_refused(owner), (owner, [hex(ord(c)) for c in owner], str(refused))
+            assert "lease owner must" in str(refused)
+        else:
+            assert not owner_refused(owner), (owner, [hex(ord(c)) for c in owner])
+
+
+INVISIBLE_OWNERS = ["\u00a0", "\u200b", "\u2028", "\u2029", "\ufeff", "\u3000\u3164", "worker\u200d1", "\u180e",
+                    "w\u0085", "\U000e0041"]
+
+
+@pytest.mark.parametrize("owner", INVISIBLE_OWNERS, ids=lambda o: "-".join(f"U+{ord(c):04X}" for c in o))
+def test_owners_that_look_blank_or_hide_a_format_character_are_refused_with_no_row_changed(store, owner):
+    due_schedule(store)
+    before = queue_snapshot(store)
+    with connect(store.dispatcher_dsn) as conn:
+        with pytest.raises(pgerrors.InvalidParameterValue, match="lease owner must"):
+            conn.execute(CLAIM, (owner, "30 seconds"))
+    assert queue_snapshot(store) == before

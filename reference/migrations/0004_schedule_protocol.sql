@@ -257,6 +257,24 @@ end
 $$;
 select appsurface_durable.ensure_schedule_history_partitions();
 
+-- What "blank or control-character lease owners" means for Unicode (docs/protocol-notes.md, 24m). An
+-- owner is blank when nothing is left after removing every White_Space and Default_Ignorable_Code_Point
+-- code point; it carries a control character when any code point is of general category Cc, Cf, Zl or Zp.
+-- The sets are written out (Unicode 15) because PostgreSQL's regular expressions have no property classes.
+create function appsurface_durable.blank_code_points() returns text
+language sql immutable as $$
+    select '[\u0009-\u000D\u0020\u0085\u00A0\u00AD\u034F\u061C\u115F\u1160\u1680\u17B4\u17B5\u180B-\u180F'
+        || '\u2000-\u200F\u2028-\u202F\u205F-\u206F\u3000\u3164\uFE00-\uFE0F\uFEFF\uFFA0\uFFF0-\uFFF8'
+        || '\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A\U000E0000-\U000E0FFF]'
+$$;
+
+create function appsurface_durable.control_code_points() returns text
+language sql immutable as $$
+    select '[\u0001-\u001F\u007F-\u009F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891\u08E2\u180E'
+        || '\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB\U000110BD\U000110CD'
+        || '\U00013430-\U0001343F\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A\U000E0001\U000E0020-\U000E007F]'
+$$;
+
 -- The lease a claim would grant, checked where it lands: an interval's months and days are calendar
 -- arithmetic while interval comparison counts a month as 30 days, so '1 mon -30 days 5 min' compares as
 -- five minutes yet ends a day later in a 31-day month. The computed expiry must be strictly after the
@@ -292,11 +310,12 @@ declare
     now_utc timestamptz := transaction_timestamp();
     expires_utc timestamptz;
 begin
-    if p_lease_owner is null or btrim(p_lease_owner) = '' then
-        raise exception 'lease owner must not be blank' using errcode = 'invalid_parameter_value';
+    if p_lease_owner is null or regexp_replace(p_lease_owner, appsurface_durable.blank_code_points(), '', 'g') = '' then
+        raise exception 'lease owner must not be blank (white space and default-ignorable code points only)'
+            using errcode = 'invalid_parameter_value';
     end if;
-    if p_lease_owner ~ '[[:cntrl:]]' or length(p_lease_owner) > 200 then
-        raise exception 'lease owner must be at most 200 characters without control characters'
+    if p_lease_owner ~ appsurface_durable.control_code_points() or length(p_lease_owner) > 200 then
+        raise exception 'lease owner must be at most 200 characters without control, format or line/paragraph separator code points'
             using errcode = 'invalid_parameter_value';
     end if;
     expires_utc := appsurface_durable.lease_expiry(now_utc, p_lease_duration);
