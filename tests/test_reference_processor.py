@@ -9,7 +9,7 @@ import pytest
 import barriers
 from reference import (CancellationToken, IdempotencyConflict, ProcessRequest, ScheduleClient, ScheduleProcessor,
                        WorkRequest, WorkStore)
-from reference.identity import OccurrenceIdentity, work_identity
+from reference.identity import OccurrenceIdentity, canonical_instant, work_identity
 from protocol_helpers import after, at, definition, drain, every, occurrences, rows, server_now
 
 LEASE = timedelta(seconds=30)
@@ -629,3 +629,40 @@ def test_counts_report_committed_facts_only_after_a_retried_transaction(fresh_wo
     [occ] = occurrences(store, view.schedule_id)
     assert occ["state"] == "materialized" and [w["work_id"] for w in works(store)] == [occ["work_id"]]
     assert (counts.claimed, counts.occurrences, counts.materialized, counts.aborted) == (1, 1, 1, 0), counts
+
+
+# -- an update or delete records the due instants it drops ---------------------------------------------
+
+def dropped(store, schedule_id) -> list[dict]:
+    return rows(store, "schedule_history", "schedule_id = %s and event = 'due-instants-superseded'", (schedule_id,))
+
+
+def test_an_update_records_the_due_instants_it_drops_and_never_decides_them(store, client, processor, world):
+    """Instants of generation 1 that fell due with no pass before the update are never decided: the update
+    records them (first, last, count) in its own transaction, and generation 2 starts at its acceptance."""
+    view = client.create(every(60))
+    anchor = view.definition.timing.anchor_utc
+    world.clock.shift(timedelta(seconds=150))  # +60s and +120s are due; no pass runs
+    updated = client.update(view.schedule_id, every(30), expected_revision=view.revision)
+    [entry] = dropped(store, view.schedule_id)
+    assert entry["generation"] == 1 and entry["recorded_at_utc"] == updated.definition.accepted_at_utc
+    assert entry["detail"]["instants"] == 2
+    assert entry["detail"]["first_nominal_utc"] == canonical_instant(anchor + timedelta(seconds=60))
+    assert entry["detail"]["last_nominal_utc"] == canonical_instant(anchor + timedelta(seconds=120))
+    world.clock.shift(timedelta(seconds=31))
+    drain(processor)
+    occs = occurrences(store, view.schedule_id)
+    assert occs and all(o["generation"] == 2 and o["first_nominal_utc"] > updated.definition.accepted_at_utc
+                        for o in occs), occs
+
+
+def test_an_update_with_nothing_due_records_nothing_dropped_and_a_delete_records_its_own(store, client, world):
+    view = client.create(every(60))
+    updated = client.update(view.schedule_id, every(60), expected_revision=view.revision)
+    assert dropped(store, view.schedule_id) == []
+    world.clock.shift(timedelta(seconds=61))
+    client.delete(view.schedule_id, expected_revision=updated.revision)
+    [entry] = dropped(store, view.schedule_id)
+    assert (entry["generation"], entry["detail"]["instants"]) == (2, 1)
+    assert entry["detail"]["first_nominal_utc"] == canonical_instant(
+        updated.definition.timing.anchor_utc + timedelta(seconds=60))
