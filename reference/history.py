@@ -133,34 +133,28 @@ def detach(session: Session, month: str, directory: Path) -> str:
     return f"{DETACHED}.{table}"
 
 
-def _detached(session: Session, table: str, verb: str) -> str:
-    where = _locate(session, table)
-    if where is None:
-        raise HistoryRefused(f"no history table {table} exists to {verb}")
-    if where[1] or where[0] == LIVE:
-        raise HistoryRefused(f"{table} is still attached; detach it first (history detach --month)")
-    return where[0]
+def _detached(session: Session, month: str, directory: Path, verb: str) -> str:
+    """Lock the month's detached (or archived) table, verify its transcript and `verb` it; returns where it was."""
+    table = table_name(month)
+    with session.transaction():
+        where = _locate(session, table)
+        if where is None:
+            raise HistoryRefused(f"no history table {table} exists to {verb}")
+        if where[1] or where[0] == LIVE:
+            raise HistoryRefused(f"{table} is still attached; detach it first (history detach --month)")
+        if verb == "archive" and where[0] == ARCHIVED:
+            raise HistoryRefused(f"{table} is already archived")
+        session.execute(_named("lock_detached", where[0], table))
+        _verify(session, table, where[0], directory)
+        session.execute(_named(verb, where[0], table))
+    return f"{where[0]}.{table}"
 
 
 def archive(session: Session, month: str, directory: Path) -> str:
     """Move a detached month into appsurface_durable_archive, after its transcript verifies."""
-    table = table_name(month)
-    with session.transaction():
-        schema = _detached(session, table, "archive")
-        if schema == ARCHIVED:
-            raise HistoryRefused(f"{table} is already archived")
-        session.execute(_named("lock_detached", schema, table))
-        _verify(session, table, schema, directory)
-        session.execute(_named("archive", schema, table))
-    return f"{ARCHIVED}.{table}"
+    return _detached(session, month, directory, "archive").replace(DETACHED, ARCHIVED, 1)
 
 
 def prune(session: Session, month: str, directory: Path) -> str:
     """Drop a detached (or archived) month, after its transcript verifies."""
-    table = table_name(month)
-    with session.transaction():
-        schema = _detached(session, table, "prune")
-        session.execute(_named("lock_detached", schema, table))
-        _verify(session, table, schema, directory)
-        session.execute(_named("prune", schema, table))
-    return f"{schema}.{table}"
+    return _detached(session, month, directory, "prune")
