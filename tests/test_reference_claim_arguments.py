@@ -159,8 +159,11 @@ def test_the_bypassing_intervals_at_the_server_clock(store, world, claimed_at, d
 # -- blank and control-character lease owners ---------------------------------------------------------
 
 # Default_Ignorable_Code_Point (Unicode DerivedCoreProperties) outside category Cf, which is refused on its own.
-DEFAULT_IGNORABLE_NOT_CF = ("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u3164\ufe00\ufe0f\uffa0"
-                            "\U000e0100\U000e01ef")
+DEFAULT_IGNORABLE_NOT_CF = "".join(
+    chr(c) for first, last in ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180D),
+                               (0x180F, 0x180F), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0),
+                               (0xE0100, 0xE01EF))
+    for c in range(first, last + 1))
 REFUSED_CATEGORIES = {"Cc", "Cf", "Zl", "Zp"}
 ALL_CODE_POINTS = [chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
 CONTROLS = [c for c in ALL_CODE_POINTS if unicodedata.category(c) in REFUSED_CATEGORIES]
