@@ -99,6 +99,8 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py",
               "            cursor = cutoff\n        # The disposition adds",
               "            cursor = cutoff\n"
+              # The suspension keeps the moved cursor: the schema refuses a backwards move outright.
+              "        definition[\"cursor_utc\"] = cursor\n"
               "        if not self._check_fences(s, state, counts):\n"
               "            self._release(s, dispatch, None)\n"
               "            return False\n"
