@@ -186,6 +186,14 @@ NORMATIVE = (
         "transactions: a *decision* (fences, evaluation, disposition, cursor) and, when an occurrence may take the "
         "slot, a *bridge* (Work, link, lease release). Claim, decision and bridge each commit on their own "
         "(`instant-decided-once`, `one-work-per-materialized-occurrence`).",
+        "A scoped transaction first proves `current_user` is the runtime role, then sets its scope with "
+        "`select appsurface_durable.set_local_scope(scope_id)`, which binds the scope to that transaction alone "
+        "(a value left at session level, or written to the setting by hand, authorizes nothing). The scope of a "
+        "claimed schedule is `appsurface_durable.scope_for_routing_id(scope_routing_id)`.",
+        "The database guards its audit trail and fencing token for every role: `schedule_history` rows carry "
+        "`recorded_at_utc = transaction_timestamp()`, an event of the schema's list and a schedule of their own "
+        "scope, and are never updated or deleted; `cursor_utc` never moves backwards; the runtime cannot delete "
+        "dispatch rows (a deleted schedule's row is retired, not removed). A write that breaks one is refused.",
         "The fencing token is `dispatch_revision`, which the claim returns. Every scoped transaction locks the "
         "schedule's dispatch row first and writes nothing unless the revision is still the claimed one and the row "
         "is `leased`. The lease release (lease_state `ready`, `dispatch_revision` + 1, lease owner and expiry "
@@ -260,7 +268,10 @@ NORMATIVE = (
         "A skipped recovery range writes one `schedule_history` row with event `recovery-skipped` and "
         "`detail.first_nominal_utc`, `detail.last_nominal_utc` (RFC 3339) in the decision transaction. Other "
         "history rows (`recovery-declared`, the client's `created`, `updated`, `deleted`, "
-        "`released-after-recovery`) are free: write them or not, the checks do not read them.",
+        "`released-after-recovery`) are free: write them or not, the checks do not read them. An update or "
+        "delete that drops due instants of the old generation no pass decided records them in one "
+        "`due-instants-superseded` row (first, last, count); the reference client writes it, and the scenario "
+        "`update-drops-due-instants` expects it.",
     )),
     Section("Answers", (
         "`fail` tells the host nothing was applied: an operation answers `fail` only when none of its "

@@ -25,8 +25,9 @@ TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
     "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
     "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
     "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
-    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT", "DELETE"}},
-    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+    # Dispatch rows are retired, never deleted, by the runtime (a delete would erase the fencing token).
+    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
     "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
 }
 QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
@@ -39,6 +40,7 @@ COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
 FUNCTION_GRANTS: dict[str, set[str]] = {
     "claim_schedule_dispatch": {DISPATCHER},
     "current_scope": {RUNTIME},
+    "set_local_scope": {RUNTIME},
     "current_scope_routing_id": {RUNTIME},
     "scope_for_routing_id": {RUNTIME},
     "locked_scope_fences": {RUNTIME},

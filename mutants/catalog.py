@@ -40,8 +40,8 @@ MUTANTS: tuple[Mutant, ...] = (
               '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
               '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
          Edit("processor.py",
-              "            bridge = self._decide(s, claim, counts)\n",
-              "            self._cursor_later = None\n            bridge = self._decide(s, claim, counts)\n"),
+              "            bridge = self._decide(s, claim, decided)\n",
+              "            self._cursor_later = None\n            bridge = self._decide(s, claim, decided)\n"),
          Edit("processor.py",
               '        barriers.hit("schedule-decision-after-commit", **context)\n',
               '        barriers.hit("schedule-decision-after-commit", **context)\n'
@@ -105,6 +105,8 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py",
               "            cursor = cutoff\n        # The disposition adds",
               "            cursor = cutoff\n"
+              # The suspension keeps the moved cursor: the schema refuses a backwards move outright.
+              "        definition[\"cursor_utc\"] = cursor\n"
               "        if not self._check_fences(s, state, counts):\n"
               "            self._release(s, dispatch, None)\n"
               "            return False\n"
@@ -147,8 +149,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-long-lease", CLAIM_LIMITS,
         "claim_schedule_dispatch accepts leases up to an hour, so a 30-minute lease is granted.",
-        (Edit("migrations/0004_schedule_protocol.sql", "p_lease_duration > interval '10 minutes'",
-              "p_lease_duration > interval '1 hour'"),),
+        (Edit("migrations/0004_schedule_protocol.sql", "expires_utc > p_claimed_at + interval '10 minutes'",
+              "expires_utc > p_claimed_at + interval '1 hour'"),),
         slice=("claim-refusals",)),
     Mutant(
         "release-clears-clock-suspension", RELEASE_ONLY_EPOCH,

@@ -12,8 +12,9 @@ from psycopg.types.json import Jsonb
 from . import problems
 from .db import Session
 from .due import next_due
-from .evaluator import MICROSECOND, next_after
+from .evaluator import MICROSECOND, count_between, last_at_or_before, next_after
 from .migrations import require_schedule_protocol
+from .identity import canonical_instant
 from .model import Generation, ScheduleSpec, ScheduleView, check
 from .roles import RUNTIME
 from .sql import query
@@ -184,6 +185,7 @@ class ScheduleClient:
             if spec.kind == "at" and spec.at <= accepted_at:
                 return problems.validation({"at": [f"must be after the acceptance time {accepted_at.isoformat()}"]})
             fences = self._fences(s)
+            self._record_dropped_instants(s, current, accepted_at, command_id)
             generation = current["active_generation"] + 1
             s.execute(query("schedule", "insert_generation"),
                       _generation_params(schedule_id, generation, spec, accepted_at, command_id))
@@ -205,7 +207,7 @@ class ScheduleClient:
 
     def delete(self, schedule_id: uuid.UUID, *, expected_revision: int,
                command_id: uuid.UUID | None = None) -> Result:
-        """Terminal for this identity: pending occurrences are superseded, the dispatch row goes."""
+        """Terminal for this identity: pending occurrences are superseded, the dispatch row is retired."""
         command_id = command_id or uuid.uuid4()
         with self.session.scoped(self.scope_id, self.runtime_role,
                                  reads=self._command_reads(command_id)) as s:
@@ -213,10 +215,13 @@ class ScheduleClient:
                                                                         expected_revision)
             if early:
                 return early
+            self._record_dropped_instants(s, current, accepted_at, command_id)
             superseded = s.all(query("schedule", "supersede_pending"), {"schedule_id": schedule_id, "keep_generation": None})
             revision = self._advance(s, current, lifecycle_state="deleted", suspension_reason=None)
             self._record_command(s, command_id, schedule_id, "delete", accepted_at, None, revision)
-            s.execute(query("schedule", "delete_dispatch"), {"schedule_id": schedule_id})
+            # The dispatch row stays (the runtime never deletes one): released for good, never claimable
+            # again, and its new revision fences a processor holding the lease.
+            s.execute(query("schedule", "release_lease"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": None})
             self._history(s, schedule_id, "deleted", current["active_generation"],
                           {"command_id": str(command_id), "superseded": len(superseded)})
             return self._current_view(s, schedule_id)
@@ -271,6 +276,20 @@ class ScheduleClient:
     @staticmethod
     def _reschedule(s: Session, dispatch: dict, due_at: datetime | None) -> None:
         s.execute(query("schedule", "set_due"), {"dispatch_id": dispatch["dispatch_id"], "due_at_utc": due_at})
+
+    def _record_dropped_instants(self, s: Session, current: dict, accepted_at: datetime, command_id: uuid.UUID) -> None:
+        """Instants of the active generation that fell due after the cursor, up to this command's acceptance,
+        were never decided, and after this update or delete never will be: the history says so, so no due
+        instant vanishes silently (docs/protocol-notes.md, 24n)."""
+        schedule_id, old = current["schedule_id"], current["active_generation"]
+        [row] = s.batch((query("schedule", "get_generation"), {"schedule_id": schedule_id, "generation": old}))
+        timing = Generation.from_row(row[0]).timing
+        instants = count_between(timing, current["cursor_utc"], accepted_at)
+        if instants:
+            self._history(s, schedule_id, "due-instants-superseded", old, {
+                "command_id": str(command_id), "instants": instants,
+                "first_nominal_utc": canonical_instant(next_after(timing, current["cursor_utc"])),
+                "last_nominal_utc": canonical_instant(last_at_or_before(timing, accepted_at))})
 
     @staticmethod
     def _history(s: Session, schedule_id: uuid.UUID, event: str, generation: int | None, detail: dict) -> None:

@@ -51,11 +51,13 @@ def _server_form(sql: str) -> tuple[str, tuple[str, ...]]:
     return _PLACEHOLDER.sub(number, sql), tuple(names)
 
 
-# The bridge's proof: set_config runs only when current_user is the configured runtime role (else the
+# The bridge's proof: the scope is set only when current_user is the configured runtime role (else the
 # scope column is null and the caller refuses); the routing ID resolves inside the same transaction.
+# set_local_scope binds the scope to this transaction: it authorizes nothing after COMMIT or ROLLBACK.
 PROVE_AND_SET_SCOPE = """select current_user as user,
        case when current_user = %(runtime_role)s
-            then set_config(%(setting)s, coalesce(%(scope_id)s, appsurface_durable.scope_for_routing_id(%(routing_id)s::bigint), ''), true)
+            then appsurface_durable.set_local_scope(
+                     coalesce(%(scope_id)s, appsurface_durable.scope_for_routing_id(%(routing_id)s::bigint), ''))
        end as scope"""
 
 
@@ -356,8 +358,7 @@ class Session:
         """
         try:
             proof, *self.read_rows = self.batch(("begin", None), (PROVE_AND_SET_SCOPE, {
-                "runtime_role": runtime_role, "setting": SCOPE_SETTING, "scope_id": scope_id,
-                "routing_id": routing_id}), *reads)[1:]
+                "runtime_role": runtime_role, "scope_id": scope_id, "routing_id": routing_id}), *reads)[1:]
         except BaseException:
             self._rollback_quietly()
             raise

@@ -62,6 +62,12 @@ class ProcessCounts:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def add(self, committed: "ProcessCounts") -> None:
+        """Take in what one transaction counted, once its COMMIT has succeeded."""
+        for name, value in asdict(committed).items():
+            if isinstance(value, int):
+                setattr(self, name, getattr(self, name) + value)
+
 
 class CancellationToken:
     """Set it to stop a pass before its next lease; committed facts stay committed."""
@@ -198,20 +204,27 @@ class ScheduleProcessor:
                 (query("schedule", "pending_of_active_generation"), key), (query("schedule", "slot_busy"), key))
 
     def _process(self, claim: Claim, counts: ProcessCounts) -> None:
+        """The decision, then the bridge if one may. Each transaction counts into its own ProcessCounts, added
+        to the pass's only after its COMMIT succeeded: a transaction rolled back (and retried) or whose
+        outcome is unknown reports nothing (docs/protocol-notes.md, 24k)."""
         context = {"schedule_id": str(claim.schedule_id), "dispatch_revision": claim.dispatch_revision}
+        decided = ProcessCounts()
         with self.runtime.scoped(None, self.runtime_role, routing_id=claim.scope_routing_id,
                                  reads=self._state_reads(claim)) as s:
             scope_id = s.current_scope
             if not scope_id:
                 raise LeaseLost(f"routing id {claim.scope_routing_id} names no scope")
-            bridge = self._decide(s, claim, counts)
+            bridge = self._decide(s, claim, decided)
             barriers.hit("schedule-decision-before-commit", **context)
+        counts.add(decided)
         barriers.hit("schedule-decision-after-commit", **context)
         if not bridge:
             return
+        bridged = ProcessCounts()
         with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:
-            self._bridge(s, claim, scope_id, counts, context)
+            self._bridge(s, claim, scope_id, bridged, context)
             barriers.hit("schedule-bridge-before-commit", **context)
+        counts.add(bridged)
         barriers.hit("schedule-link-after-commit", **context)
 
     def _load(self, s: Session, claim: Claim) -> State:

@@ -22,8 +22,8 @@ TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
     "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
     "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
     "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
-    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT", "DELETE"}},
-    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE", "DELETE"}},
+    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
     "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
 }
 QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
@@ -35,9 +35,18 @@ COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
 FUNCTION_GRANTS: dict[str, set[str]] = {
     "claim_schedule_dispatch": {DISPATCHER},
     "current_scope": {RUNTIME},
+    "set_local_scope": {RUNTIME},
     "current_scope_routing_id": {RUNTIME},
     "scope_for_routing_id": {RUNTIME},
     "locked_scope_fences": {RUNTIME},
+}
+# The guards the database enforces for every role, by table (history partitions carry the parent's):
+# enabled triggers with these names must exist, or history and the cursor are forgeable.
+GUARD_TRIGGERS: dict[str, set[str]] = {
+    "schedule_definitions": {"cursor_never_moves_backwards"},
+    "schedule_generations": {"generations_are_immutable"},
+    "schedule_occurrences": {"coalesced_range_only_grows"},
+    "schedule_history": {"history_is_an_audit_trail"},
 }
 SECURITY_DEFINERS = {"claim_schedule_dispatch", "scope_for_routing_id", "locked_scope_fences"}
 SCHEMA_GRANTS = {(RUNTIME, "USAGE"), (DISPATCHER, "USAGE")}
@@ -126,6 +135,14 @@ def validate(session: Session) -> list[str]:
         findings.append(f"extra grant: {grantee} has {privilege} on schema appsurface_durable")
     for grantee, privilege in sorted(SCHEMA_GRANTS - schema):
         findings.append(f"missing grant: {grantee} lacks {privilege} on schema appsurface_durable")
+
+    guards: dict[str, set[str]] = {}
+    for row in session.all(query("roles", "enabled_triggers")):
+        guards.setdefault(row["relation"], set()).add(row["trigger"])
+    for relation in sorted(relations):
+        key = _relation_key(relation, security[relation]["parent"])
+        for trigger in sorted(GUARD_TRIGGERS.get(key, set()) - guards.get(relation, set())):
+            findings.append(f"guard trigger {trigger} is missing or disabled on {relation}")
 
     policies: dict[str, list[dict]] = {}
     for row in session.all(query("roles", "policies")):

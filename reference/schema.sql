@@ -1,4 +1,4 @@
--- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0006
+-- The declared complete schema of the Durable Schedule protocol v1 store: what migrations 0001-0004
 -- (after the runner's bootstrap) produce together, consolidated into one file in dependency order.
 --
 -- This file is a declaration to read and to compare against, not a way to install a store: a database
@@ -58,11 +58,24 @@ $$;
 -- Scopes: the tenant boundary, with forced RLS on the local setting appsurface_durable.scope_id
 -- ================================================================================================
 
+-- The scope authorizes only the transaction that set it: set_local_scope stores it bound to that
+-- transaction's ID, and current_scope reads it only inside that transaction. A value left at session
+-- level on a pooled connection (SET, or set_config(..., false)) reads nothing in any later transaction,
+-- and neither does a raw scope ID written to the setting by hand.
 create function appsurface_durable.current_scope() returns text
 language sql stable as $$
-    select nullif(current_setting('appsurface_durable.scope_id', true), '')
+    select case when split_part(current_setting('appsurface_durable.scope_id', true), '/', 1)
+                     = pg_current_xact_id_if_assigned()::text
+                then nullif(split_part(current_setting('appsurface_durable.scope_id', true), '/', 2), '') end
+$$;
+
+create function appsurface_durable.set_local_scope(p_scope_id text) returns text
+language sql as $$
+    select split_part(set_config('appsurface_durable.scope_id',
+                                 pg_current_xact_id()::text || '/' || coalesce(p_scope_id, ''), true), '/', 2)
 $$;
 grant execute on function appsurface_durable.current_scope() to appsurface_durable_runtime;
+grant execute on function appsurface_durable.set_local_scope(text) to appsurface_durable_runtime;
 
 -- routing_id is the opaque number the dispatcher sees instead of the scope identity.
 create table appsurface_durable.scopes (
@@ -91,7 +104,7 @@ language sql as $$
 $$;
 
 -- The runtime learns which scope a claimed routing ID belongs to before it sets the local scope.
--- (PL/pgSQL from migration 0005: its plan is kept for the session.)
+-- (PL/pgSQL: its plan is kept for the session, where a SQL body that cannot be inlined is planned per call.)
 create function appsurface_durable.scope_for_routing_id(p_routing_id bigint) returns text
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -187,6 +200,20 @@ create policy scope_isolation on appsurface_durable.schedule_definitions to apps
     using (scope_id = appsurface_durable.current_scope())
     with check (scope_id = appsurface_durable.current_scope());
 grant select, insert, update on appsurface_durable.schedule_definitions to appsurface_durable_runtime;
+
+-- The cursor is a high-water mark: no update, by any role, moves it backwards.
+create function appsurface_durable.cursor_never_moves_backwards() returns trigger
+language plpgsql as $$
+begin
+    if new.cursor_utc < old.cursor_utc then
+        raise exception 'the cursor never moves backwards (% -> %)', old.cursor_utc, new.cursor_utc
+            using errcode = 'check_violation';
+    end if;
+    return new;
+end
+$$;
+create trigger cursor_never_moves_backwards before update on appsurface_durable.schedule_definitions
+    for each row execute function appsurface_durable.cursor_never_moves_backwards();
 
 -- A snapshot of the definition and its target, never rewritten (no UPDATE/DELETE grant, and a trigger
 -- refuses both even to the owner).
@@ -323,7 +350,7 @@ create policy scope_isolation on appsurface_durable.schedule_dispatch to appsurf
 create policy dispatcher_reads_queue on appsurface_durable.schedule_dispatch
     for select to appsurface_durable_dispatcher using (true);
 -- Grant order matters to the ACL (and so to pg_dump): runtime first, then the dispatcher's six columns.
-grant select, insert, delete on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
+grant select, insert on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
 grant update (lease_state, dispatch_revision) on appsurface_durable.schedule_dispatch to appsurface_durable_runtime;
 grant select (dispatch_id, schedule_id, scope_routing_id, lease_state, lease_generation, dispatch_revision)
     on appsurface_durable.schedule_dispatch to appsurface_durable_dispatcher;
@@ -346,7 +373,50 @@ alter table appsurface_durable.schedule_dispatch_timing force row level security
 create policy scope_isolation on appsurface_durable.schedule_dispatch_timing to appsurface_durable_runtime
     using (scope_id = appsurface_durable.current_scope())
     with check (scope_id = appsurface_durable.current_scope());
-grant select, insert, update, delete on appsurface_durable.schedule_dispatch_timing to appsurface_durable_runtime;
+grant select, insert, update on appsurface_durable.schedule_dispatch_timing to appsurface_durable_runtime;
+
+-- What "blank or control-character lease owners" means for Unicode (docs/protocol-notes.md, 24m). An
+-- owner is blank when nothing is left after removing every White_Space and Default_Ignorable_Code_Point
+-- code point; it carries a control character when any code point is of general category Cc, Cf, Zl or Zp.
+-- The sets are written out (Unicode 15) because PostgreSQL's regular expressions have no property classes.
+create function appsurface_durable.blank_code_points() returns text
+language sql immutable as $$
+    select '[\u0009-\u000D\u0020\u0085\u00A0\u00AD\u034F\u061C\u115F\u1160\u1680\u17B4\u17B5\u180B-\u180F'
+        || '\u2000-\u200F\u2028-\u202F\u205F-\u206F\u3000\u3164\uFE00-\uFE0F\uFEFF\uFFA0\uFFF0-\uFFF8'
+        || '\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A\U000E0000-\U000E0FFF]'
+$$;
+
+create function appsurface_durable.control_code_points() returns text
+language sql immutable as $$
+    select '[\u0001-\u001F\u007F-\u009F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891\u08E2\u180E'
+        || '\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB\U000110BD\U000110CD'
+        || '\U00013430-\U0001343F\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A\U000E0001\U000E0020-\U000E007F]'
+$$;
+
+-- The lease a claim would grant, checked where it lands: an interval's months and days are calendar
+-- arithmetic while interval comparison counts a month as 30 days, so '1 mon -30 days 5 min' compares as
+-- five minutes yet ends a day later in a 31-day month. The computed expiry must be strictly after the
+-- claim and at most ten minutes after it; a duration that overflows the timestamp range is refused too.
+-- UTC, so the session's time zone cannot move a day's length.
+create function appsurface_durable.lease_expiry(p_claimed_at timestamptz, p_lease_duration interval)
+returns timestamptz
+language plpgsql stable set search_path = pg_catalog, pg_temp set timezone = 'UTC' as $$
+declare
+    expires_utc timestamptz;
+begin
+    begin
+        expires_utc := p_claimed_at + p_lease_duration;
+    exception when datetime_field_overflow or numeric_value_out_of_range or interval_field_overflow then
+        expires_utc := null;
+    end;
+    if expires_utc is null or expires_utc <= p_claimed_at or expires_utc > p_claimed_at + interval '10 minutes' then
+        raise exception 'lease duration must end after the claim and at most 10 minutes after it (got %, ending %)',
+            coalesce(p_lease_duration::text, 'null'), coalesce(expires_utc::text, 'out of range')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return expires_utc;
+end
+$$;
 
 -- The dispatcher's only door: validates its arguments before it touches a row, uses the due time
 -- internally, and returns nothing but the routing ID, the Schedule ID and the dispatch revision.
@@ -356,18 +426,17 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     claimed_id bigint;
     now_utc timestamptz := transaction_timestamp();
+    expires_utc timestamptz;
 begin
-    if p_lease_owner is null or btrim(p_lease_owner) = '' then
-        raise exception 'lease owner must not be blank' using errcode = 'invalid_parameter_value';
-    end if;
-    if p_lease_owner ~ '[[:cntrl:]]' or length(p_lease_owner) > 200 then
-        raise exception 'lease owner must be at most 200 characters without control characters'
+    if p_lease_owner is null or regexp_replace(p_lease_owner, appsurface_durable.blank_code_points(), '', 'g') = '' then
+        raise exception 'lease owner must not be blank (white space and default-ignorable code points only)'
             using errcode = 'invalid_parameter_value';
     end if;
-    if p_lease_duration is null or p_lease_duration <= interval '0' or p_lease_duration > interval '10 minutes' then
-        raise exception 'lease duration must be positive and at most 10 minutes (got %)', coalesce(p_lease_duration::text, 'null')
+    if p_lease_owner ~ appsurface_durable.control_code_points() or length(p_lease_owner) > 200 then
+        raise exception 'lease owner must be at most 200 characters without control, format or line/paragraph separator code points'
             using errcode = 'invalid_parameter_value';
     end if;
+    expires_utc := appsurface_durable.lease_expiry(now_utc, p_lease_duration);
 
     select t.dispatch_id into claimed_id
     from appsurface_durable.schedule_dispatch_timing t
@@ -382,8 +451,8 @@ begin
 
     update appsurface_durable.schedule_dispatch_timing
        set lease_owner = p_lease_owner,
-           lease_expires_at_utc = now_utc + p_lease_duration,
-           claimable_at_utc = now_utc + p_lease_duration
+           lease_expires_at_utc = expires_utc,
+           claimable_at_utc = expires_utc
      where dispatch_id = claimed_id;
     return query
         update appsurface_durable.schedule_dispatch d
@@ -405,7 +474,9 @@ create table appsurface_durable.schedule_history (
     recorded_at_utc timestamptz not null,
     event           text        not null,
     generation      bigint,
-    detail          jsonb       not null default '{}'
+    detail          jsonb       not null default '{}',
+    check (event in ('created', 'updated', 'deleted', 'released-after-recovery', 'suspended',
+                     'recovery-declared', 'recovery-skipped', 'requeued-after-work-terminal', 'due-instants-superseded'))
 ) partition by range (recorded_at_utc);
 alter table appsurface_durable.schedule_history enable row level security;
 alter table appsurface_durable.schedule_history force row level security;
@@ -413,6 +484,32 @@ create policy scope_isolation on appsurface_durable.schedule_history to appsurfa
     using (scope_id = appsurface_durable.current_scope())
     with check (scope_id = appsurface_durable.current_scope());
 grant select, insert on appsurface_durable.schedule_history to appsurface_durable_runtime;
+
+-- The audit trail, guarded by the database for every role (the owner included; a month leaves whole,
+-- by detach after its transcript): a history row is stamped with its transaction's own timestamp,
+-- names an event the protocol writes, and is about a schedule of its scope; no row is ever updated
+-- or deleted. The runtime may append a well-formed event about its own schedule, which is what the
+-- protocol's transactions do; it cannot back-date one, invent a schedule or rewrite the past.
+create function appsurface_durable.history_is_an_audit_trail() returns trigger
+language plpgsql as $$
+begin
+    if tg_op <> 'INSERT' then
+        raise exception 'schedule history is append-only: % refused', tg_op using errcode = 'restrict_violation';
+    end if;
+    if new.recorded_at_utc is distinct from transaction_timestamp() then
+        raise exception 'schedule history is stamped by the server: recorded_at_utc must be transaction_timestamp(), not %',
+            new.recorded_at_utc using errcode = 'check_violation';
+    end if;
+    if not exists (select 1 from appsurface_durable.schedule_definitions d
+                   where d.scope_id = new.scope_id and d.schedule_id = new.schedule_id) then
+        raise exception 'schedule history must be about a schedule of its scope: scope % has no schedule %',
+            new.scope_id, new.schedule_id using errcode = 'foreign_key_violation';
+    end if;
+    return new;
+end
+$$;
+create trigger history_is_an_audit_trail before insert or update or delete on appsurface_durable.schedule_history
+    for each row execute function appsurface_durable.history_is_an_audit_trail();
 
 -- Creates the current and the next month's partitions with the parent's exact policy shape and grants.
 -- Owner only; run it before the pre-created next month begins.
@@ -448,7 +545,7 @@ $$;
 
 -- When Work reaches terminal truth, the same transaction requeues the Schedule's dispatch row if a
 -- pending coalesced occurrence waits in the active generation. Retries, suspension and other
--- nonterminal states release nothing. It locks the dispatch row before it looks (migration 0006): a
+-- nonterminal states release nothing. It locks the dispatch row before it looks: a
 -- decision writing a coalesced occurrence holds that row until it commits.
 create function appsurface_durable.requeue_after_work_terminal() returns trigger
 language plpgsql as $$

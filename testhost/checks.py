@@ -485,6 +485,18 @@ def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[
             linked = [o for o in occs if o["work_id"] is not None]
             if len(linked) != want["works"]:
                 evidence.append({"schedule": name, "works": len(linked), "expected": want["works"]})
+        if "dropped" in want:
+            # Due instants an update or delete left undecided, as its history records them (protocol-notes 24n).
+            got = sorted((h["generation"], _instant(h["detail"]["first_nominal_utc"]),
+                          _instant(h["detail"]["last_nominal_utc"]), h["detail"]["instants"])
+                         for h in state.history
+                         if h["schedule_id"] == schedule_id and h["event"] == "due-instants-superseded")
+            rows += len(got)
+            expected = sorted((e["generation"], resolve(e["first"], state.generation(schedule_id, e["generation"]) or {}),
+                               resolve(e["last"], state.generation(schedule_id, e["generation"]) or {}), e["instants"])
+                              for e in want["dropped"])
+            if got != expected:
+                evidence.append({"schedule": name, "dropped": got, "expected": expected})
         if "cursor" in want:
             generation = state.generation(schedule_id, d["active_generation"]) or {}
             if d["cursor_utc"] != resolve(want["cursor"], generation):

@@ -144,6 +144,23 @@ def test_expectations_and_equivalence():
     assert not equivalence(other, picture).ok
 
 
+def test_the_dropped_expectation_holds_the_history_to_the_due_instants_an_update_dropped():
+    state = good_state()
+    ids = {"report": S}
+    resolve = lambda value, generation: T + timedelta(seconds=float(value.lstrip("+").rstrip("s")))  # noqa: E731
+    want = {"report": {"dropped": [{"generation": 1, "first": "+60s", "last": "+120s", "instants": 2}]}}
+    missing = expectations(state, want, ids, resolve)
+    assert not missing.ok and missing.evidence == [{"schedule": "report", "dropped": [], "expected": [
+        (1, T + timedelta(seconds=60), T + timedelta(seconds=120), 2)]}]
+    state.history.append({"schedule_id": S, "event": "due-instants-superseded", "generation": 1,
+                          "recorded_at_utc": T + timedelta(seconds=150),
+                          "detail": {"first_nominal_utc": "2031-03-03T00:01:00.000000Z",
+                                     "last_nominal_utc": "2031-03-03T00:02:00.000000Z", "instants": 2}})
+    assert expectations(state, want, ids, resolve).ok
+    state.history[0]["detail"]["instants"] = 3
+    assert not expectations(state, want, ids, resolve).ok
+
+
 def test_model_agreement_compares_the_database_with_the_independent_model():
     from testhost.checks import model_agreement
     from testhost.model import Generation, Model

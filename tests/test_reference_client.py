@@ -139,7 +139,10 @@ def test_delete_is_terminal_and_update_cannot_revive(store, client):
     view = client.create(every(60))
     gone = client.delete(view.schedule_id, expected_revision=view.revision)
     assert gone.lifecycle_state == "deleted"
-    assert rows(store, "schedule_dispatch") == []
+    # The runtime never deletes a dispatch row: it is retired, never claimable again.
+    [retired] = rows(store, "schedule_dispatch_timing")
+    assert (retired["due_at_utc"], retired["claimable_at_utc"], retired["lease_owner"]) == (None, None, None)
+    assert rows(store, "schedule_dispatch")[0]["lease_state"] == "ready"
     before = snapshot(store)
     revived = client.update(view.schedule_id, every(60), expected_revision=gone.revision)
     assert isinstance(revived, Problem) and revived.type.endswith("schedule-deleted") and revived.status == 409

@@ -27,8 +27,7 @@ from testhost.store import empty_store, new_store
 pytestmark = pytest.mark.world
 
 SCHEMA_SQL = Path(__file__).resolve().parents[1] / "reference" / "schema.sql"
-ALL_NAMES = ["0001_store_runtime.sql", "0002_scopes.sql", "0003_work_store.sql", "0004_schedule_protocol.sql",
-             "0005_function_plans.sql", "0006_requeue_waits_for_decisions.sql"]
+ALL_NAMES = ["0001_store_runtime.sql", "0002_scopes.sql", "0003_work_store.sql", "0004_schedule_protocol.sql"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -126,8 +125,8 @@ def test_schema_sql_declares_exactly_what_the_migrations_produce(stores):
     assert any("CREATE FUNCTION appsurface_durable.claim_schedule_dispatch" in line for line in from_migrations)
     assert any(re.match(r"CREATE TABLE appsurface_durable\.schedule_history_\d{6} ", line) for line in from_migrations)
     assert from_schema == from_migrations, (
-        "reference/schema.sql differs from what migrations 0001-0006 produce:\n"
-        + unified(from_migrations, from_schema, "migrations 0001-0006", "reference/schema.sql"))
+        "reference/schema.sql differs from what migrations 0001-0004 produce:\n"
+        + unified(from_migrations, from_schema, "migrations 0001-0004", "reference/schema.sql"))
 
     # Seed rows are data, not schema: compared on their own.
     seeds = seed_rows(migrated)
@@ -148,7 +147,7 @@ def test_migrate_twice_is_a_no_op(stores):
         assert migrate(session) == ALL_NAMES
         before = snapshot(store)
         assert migrate(session) == []
-        assert schema_version(session) == 6
+        assert schema_version(session) == 4
     assert snapshot(store) == before
     # A clone of the migrated template has nothing pending either.
     with _owner(stores()) as session:
@@ -161,12 +160,12 @@ def test_migrate_up_to_a_target_then_the_rest(stores):
         assert migrate(session, 2) == ALL_NAMES[:2]
         assert sorted(applied(session)) == [1, 2]
         assert migrate(session) == ALL_NAMES[2:]
-        assert sorted(applied(session)) == [1, 2, 3, 4, 5, 6]
+        assert sorted(applied(session)) == [1, 2, 3, 4]
         recorded = {v: row["checksum"] for v, row in applied(session).items()}
     assert recorded == {m.version: m.checksum for m in migrations()}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_applied_migration_cannot_be_applied_again(stores, version):
     store = stores()
     before = snapshot(store)
@@ -185,14 +184,14 @@ def test_a_migration_cannot_be_applied_backwards(stores):
             apply(session, migrations()[2])
     assert snapshot(store) == before
 
-    # Even with a hole in the ledger (row 3 gone, 4 to 6 still there), 0003 is older than 6: forward-only.
+    # Even with a hole in the ledger (row 2 gone, 3 and 4 still there), 0002 is older than 4: forward-only.
     with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
-        conn.execute("delete from appsurface_durable.schema_migrations where version = 3")
+        conn.execute("delete from appsurface_durable.schema_migrations where version = 2")
     before = snapshot(store)
-    assert [row[0] for row in before[0]] == [1, 2, 4, 5, 6]
+    assert [row[0] for row in before[0]] == [1, 3, 4]
     with _owner(store) as session:
-        with pytest.raises(MigrationRefused, match="older than applied version 6; migrations are forward-only"):
-            apply(session, migrations()[2])
+        with pytest.raises(MigrationRefused, match="older than applied version 4; migrations are forward-only"):
+            apply(session, migrations()[1])
     assert snapshot(store) == before
 
 
@@ -242,7 +241,7 @@ def test_a_refused_apply_rolls_back_partial_sql(stores):
     """A migration whose SQL fails half-way leaves neither its objects nor a ledger row."""
     store = stores()
     before = snapshot(store)
-    broken = Migration(7, "0007_broken.sql",
+    broken = Migration(5, "0005_broken.sql",
                        "create table appsurface_durable.half_done (x int);\nselect 1/0;\n")
     with _owner(store) as session:
         with pytest.raises(reference.DatabaseError):
@@ -293,11 +292,13 @@ def test_runtime_version_3_refuses_schedule_operations_on_a_full_store(store):
     client.close()
 
 
-def test_a_v4_runtime_processes_the_same_on_a_store_without_0005(stores):
-    """0005 changes how the scope functions run, not what they return: without it a schedule is still
-    claimed, decided and bridged, and the functions are the SQL ones 0002 and 0004 made."""
+def test_migrations_0001_to_0004_are_the_whole_schedule_protocol(stores):
+    """The normative schema is 0001-0004: a store built from them alone runs the scope functions in PL/pgSQL
+    (planned once per session) and the Work-terminal requeue that waits for a decision in flight, and a
+    v4 runtime claims, decides and bridges on it."""
     from datetime import timedelta
 
+    assert [m.name for m in migrations()] == ALL_NAMES
     store = stores(upto=4)
     store.ensure_partitions()
     store.create_scope("tenant-a")
@@ -306,8 +307,11 @@ def test_a_v4_runtime_processes_the_same_on_a_store_without_0005(stores):
             "select p.proname, l.lanname from pg_proc p join pg_language l on l.oid = p.prolang "
             "where p.proname in ('scope_for_routing_id', 'locked_scope_fences', 'current_scope_routing_id') "
             "order by 1").fetchall()
-    assert languages == [("current_scope_routing_id", "sql"), ("locked_scope_fences", "sql"),
-                         ("scope_for_routing_id", "sql")]
+        requeue = conn.execute("select prosrc from pg_proc where proname = 'requeue_after_work_terminal'").fetchone()[0]
+    assert languages == [("current_scope_routing_id", "plpgsql"), ("locked_scope_fences", "plpgsql"),
+                         ("scope_for_routing_id", "plpgsql")]
+    # The dispatch row is locked before the pending coalesced occurrence is looked for.
+    assert requeue.index("for update of d") < requeue.index("p.occurrence_kind = 'coalesced'"), requeue
     client = reference.ScheduleClient(store.runtime_dsn, "tenant-a")
     processor = reference.ScheduleProcessor(store.runtime_dsn, store.dispatcher_dsn)
     try:

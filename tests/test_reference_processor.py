@@ -9,7 +9,7 @@ import pytest
 import barriers
 from reference import (CancellationToken, IdempotencyConflict, ProcessRequest, ScheduleClient, ScheduleProcessor,
                        WorkRequest, WorkStore)
-from reference.identity import OccurrenceIdentity, work_identity
+from reference.identity import OccurrenceIdentity, canonical_instant, work_identity
 from protocol_helpers import after, at, definition, drain, every, occurrences, rows, server_now
 
 LEASE = timedelta(seconds=30)
@@ -586,7 +586,7 @@ def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(stor
     text, names = _server_form(query("schedule", "slot_busy"))
     with psycopg.connect(store.runtime_dsn, autocommit=True, options=GENERIC_PLANS) as conn:
         conn.execute("begin")
-        conn.execute("select set_config('appsurface_durable.scope_id', 'tenant-plan', true)")
+        conn.execute("select appsurface_durable.set_local_scope('tenant-plan')")
         conn.execute(f"prepare slot_busy as {text}")
         plan = "\n".join(r[0] for r in conn.execute(
             f"explain (costs off) execute slot_busy({', '.join(['null'] * len(names))})").fetchall())
@@ -595,3 +595,74 @@ def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(stor
     at = next(i for i, line in enumerate(lines) if "on schedule_occurrences o" in line)
     assert "Index Scan" in lines[at] and "schedule_id = $1" in lines[at + 1], plan
     assert "Index Cond: ((scope_id = o.scope_id) AND (work_id = o.work_id))" in plan, plan
+
+
+# -- counts report committed facts only --------------------------------------------------------------
+
+FAULTS = {
+    "disconnect": lambda world: world.proxy.cut(),
+    "db-crash": lambda world: (world.cluster.crash(), world.cluster.restart()),
+}
+
+
+@pytest.mark.parametrize("barrier", ["schedule-decision-before-commit", "schedule-bridge-before-commit"])
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_counts_report_committed_facts_only_after_a_retried_transaction(fresh_world, barrier_sink, fault, barrier):
+    """A real fault right before a COMMIT rolls that transaction back and the processor retries it: the pass
+    reports one occurrence and one materialized Work, as the store holds, not one per attempt."""
+    from testhost.store import new_store
+    actions, hits = barrier_sink
+    store = new_store(fresh_world)
+    store.ensure_partitions()
+    store.create_scope("tenant-a")
+    with ScheduleClient(store.runtime_dsn, "tenant-a") as client:
+        view = client.create(every(60))
+    fresh_world.clock.shift(timedelta(seconds=61))
+    processor = ScheduleProcessor(store.dsn("appsurface_durable_runtime", proxied=True),
+                                  store.dsn("appsurface_durable_dispatcher", proxied=True), deadline=10.0)
+    actions[barrier] = lambda _context: FAULTS[fault](fresh_world)
+    try:
+        counts = processor.process_due()
+    finally:
+        processor.close()
+    assert hits.count(barrier) == 2, hits  # the fault struck, and the transaction ran again
+    [occ] = occurrences(store, view.schedule_id)
+    assert occ["state"] == "materialized" and [w["work_id"] for w in works(store)] == [occ["work_id"]]
+    assert (counts.claimed, counts.occurrences, counts.materialized, counts.aborted) == (1, 1, 1, 0), counts
+
+
+# -- an update or delete records the due instants it drops ---------------------------------------------
+
+def dropped(store, schedule_id) -> list[dict]:
+    return rows(store, "schedule_history", "schedule_id = %s and event = 'due-instants-superseded'", (schedule_id,))
+
+
+def test_an_update_records_the_due_instants_it_drops_and_never_decides_them(store, client, processor, world):
+    """Instants of generation 1 that fell due with no pass before the update are never decided: the update
+    records them (first, last, count) in its own transaction, and generation 2 starts at its acceptance."""
+    view = client.create(every(60))
+    anchor = view.definition.timing.anchor_utc
+    world.clock.shift(timedelta(seconds=150))  # +60s and +120s are due; no pass runs
+    updated = client.update(view.schedule_id, every(30), expected_revision=view.revision)
+    [entry] = dropped(store, view.schedule_id)
+    assert entry["generation"] == 1 and entry["recorded_at_utc"] == updated.definition.accepted_at_utc
+    assert entry["detail"]["instants"] == 2
+    assert entry["detail"]["first_nominal_utc"] == canonical_instant(anchor + timedelta(seconds=60))
+    assert entry["detail"]["last_nominal_utc"] == canonical_instant(anchor + timedelta(seconds=120))
+    world.clock.shift(timedelta(seconds=31))
+    drain(processor)
+    occs = occurrences(store, view.schedule_id)
+    assert occs and all(o["generation"] == 2 and o["first_nominal_utc"] > updated.definition.accepted_at_utc
+                        for o in occs), occs
+
+
+def test_an_update_with_nothing_due_records_nothing_dropped_and_a_delete_records_its_own(store, client, world):
+    view = client.create(every(60))
+    updated = client.update(view.schedule_id, every(60), expected_revision=view.revision)
+    assert dropped(store, view.schedule_id) == []
+    world.clock.shift(timedelta(seconds=61))
+    client.delete(view.schedule_id, expected_revision=updated.revision)
+    [entry] = dropped(store, view.schedule_id)
+    assert (entry["generation"], entry["detail"]["instants"]) == (2, 1)
+    assert entry["detail"]["first_nominal_utc"] == canonical_instant(
+        updated.definition.timing.anchor_utc + timedelta(seconds=60))

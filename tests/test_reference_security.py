@@ -22,6 +22,7 @@ from reference.db import PROVE_AND_SET_SCOPE, SCOPE_SETTING, Session
 from reference.errors import AccessDenied, BridgeRoleError, DurableError, HistoryPartitionMissing, RetriableError
 from reference.roles import OWNER, QUEUE_COLUMNS, RUNTIME, TABLE_GRANTS, validate
 from reference.work import WorkRequest, WorkStore
+from protocol_helpers import snapshot
 from testhost.store import new_store
 
 pytestmark = pytest.mark.world
@@ -144,6 +145,15 @@ BREAKAGES = {
     "sequence grant": (
         "grant usage on sequence appsurface_durable.schedule_dispatch_dispatch_id_seq to appsurface_durable_dispatcher",
         "extra grant: appsurface_durable_dispatcher has USAGE on schedule_dispatch_dispatch_id_seq"),
+    "partition with its history guard disabled": (
+        "alter table appsurface_durable.{partition} disable trigger history_is_an_audit_trail",
+        "guard trigger history_is_an_audit_trail is missing or disabled on {partition}"),
+    "cursor guard dropped": (
+        "drop trigger cursor_never_moves_backwards on appsurface_durable.schedule_definitions",
+        "guard trigger cursor_never_moves_backwards is missing or disabled on schedule_definitions"),
+    "runtime may delete dispatch rows": (
+        "grant delete on appsurface_durable.schedule_dispatch to appsurface_durable_runtime",
+        "extra grant: appsurface_durable_runtime has DELETE on schedule_dispatch"),
     "claim executable by public": (
         "grant execute on function appsurface_durable.claim_schedule_dispatch(text, interval) to public",
         "extra grant: PUBLIC may execute claim_schedule_dispatch"),
@@ -312,7 +322,7 @@ def _scoped(conn: psycopg.Connection, scope_id: str | None):
     """A runtime transaction with the local scope set (or, for None, left unset)."""
     with conn.transaction():
         if scope_id is not None:
-            conn.execute("select set_config(%s, %s, true)", (SCOPE_SETTING, scope_id))
+            conn.execute("select appsurface_durable.set_local_scope(%s)", (scope_id,))
         yield conn
 
 
@@ -373,8 +383,6 @@ def test_rls_with_check_refuses_rows_of_another_scope(store):
     refused = [
         ("insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, activity) "
          "values ('tenant-b', gen_random_uuid(), 'key-b', 'cmd', 'act')", None),
-        ("insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
-         "values ('tenant-b', %s, now(), 'forged')", (schedule_b,)),
         ("insert into appsurface_durable.schedule_commands (scope_id, command_id, schedule_id, command_kind, "
          "accepted_at_utc, revision) values ('tenant-b', gen_random_uuid(), %s, 'delete', now(), 2)", (schedule_b,)),
         ("insert into appsurface_durable.schedule_dispatch (schedule_id, scope_routing_id) "
@@ -386,6 +394,12 @@ def test_rls_with_check_refuses_rows_of_another_scope(store):
             with pytest.raises(pgerrors.InsufficientPrivilege, match="row-level security"):
                 with _scoped(conn, "tenant-a"):
                     conn.execute(statement, params)
+        # History of another scope is refused even before row security: its schedule is not one of the
+        # runtime's scope (the audit trail's guard reads definitions under the same policy).
+        with pytest.raises(pgerrors.ForeignKeyViolation, match="about a schedule of its scope"):
+            with _scoped(conn, "tenant-a"):
+                conn.execute("insert into appsurface_durable.schedule_history (scope_id, schedule_id, "
+                             "recorded_at_utc, event) values ('tenant-b', %s, now(), 'created')", (schedule_b,))
         # Another scope's rows are not even visible to update.
         with _scoped(conn, "tenant-a"):
             cur = conn.execute("update appsurface_durable.schedule_definitions set revision = revision "
@@ -408,9 +422,8 @@ def test_the_bridge_proves_current_user_before_setting_the_scope(store):
             with session.scoped("tenant-a", RUNTIME):
                 pytest.fail("the scoped block must not run for a non-runtime role")
         assert session.conn.info.transaction_status.name == "IDLE"
-        # Proof and setting are one statement (sent with BEGIN): set_config runs only for the runtime role.
-        proof = (PROVE_AND_SET_SCOPE, {"runtime_role": RUNTIME, "setting": SCOPE_SETTING, "scope_id": "tenant-a",
-                                       "routing_id": None})
+        # Proof and setting are one statement (sent with BEGIN): the scope is set only for the runtime role.
+        proof = (PROVE_AND_SET_SCOPE, {"runtime_role": RUNTIME, "scope_id": "tenant-a", "routing_id": None})
         with session.transaction(reads=(proof,)) as s:
             assert s.read_rows[0] == [{"user": OWNER, "scope": None}]
             assert s.one("select current_setting(%s, true) as scope", (SCOPE_SETTING,))["scope"] in (None, "")
@@ -469,3 +482,124 @@ def test_access_and_bridge_failures_are_not_retriable(store):
         assert caught.value.retriable is False
     finally:
         session.close()
+
+
+# -- the scope authorizes only the transaction that set it -------------------------------------------
+
+def test_a_scope_left_at_session_level_reads_nothing_in_later_transactions(store):
+    """A pooled connection that once set the scope for its session (SET, or set_config(..., false)) leaks no
+    row into the next transaction: the value is bound to the transaction that set it."""
+    schedule_id = create_schedule(store)
+    tables = ("schedule_definitions", "schedule_generations", "schedule_commands", "schedule_dispatch",
+              "schedule_dispatch_timing", "schedule_history", "scopes")
+    with connect(store.runtime_dsn) as conn:
+        def visible() -> dict[str, int]:
+            return {t: conn.execute(f"select count(*) as n from appsurface_durable.{t}").fetchone()["n"]
+                    for t in tables}
+
+        # Inside the transaction that bound it, the scope reads its rows.
+        with conn.transaction():
+            assert conn.execute("select appsurface_durable.set_local_scope('tenant-a') as scope").fetchone() \
+                == {"scope": "tenant-a"}
+            inside = visible()
+            leaked = conn.execute("select current_setting(%s) as value", (SCOPE_SETTING,)).fetchone()["value"]
+        assert all(inside.values()), inside
+
+        for leftover in (f"set {SCOPE_SETTING} = 'tenant-a'",
+                         f"select set_config('{SCOPE_SETTING}', 'tenant-a', false)",
+                         # the exact value the binding wrote, replayed at session level
+                         f"select set_config('{SCOPE_SETTING}', '{leaked}', false)",
+                         f"select set_config('{SCOPE_SETTING}', pg_current_xact_id()::text || '/tenant-a', false)"):
+            conn.execute(leftover)
+            assert conn.execute("select current_setting(%s) as value", (SCOPE_SETTING,)).fetchone()["value"]
+            with conn.transaction():
+                assert conn.execute("select appsurface_durable.current_scope() as scope").fetchone()["scope"] is None
+                assert visible() == dict.fromkeys(tables, 0), leftover
+                with pytest.raises(pgerrors.InsufficientPrivilege):
+                    with conn.transaction():
+                        conn.execute("insert into appsurface_durable.schedule_commands (scope_id, command_id, "
+                                     "schedule_id, command_kind, accepted_at_utc, revision) "
+                                     "values ('tenant-a', gen_random_uuid(), %s, 'delete', now(), 9)", (schedule_id,))
+            assert visible() == dict.fromkeys(tables, 0), leftover  # autocommit statements too
+            conn.execute(f"reset {SCOPE_SETTING}")
+
+
+# -- history an auditor can trust: each forgery as each role ------------------------------------------
+
+ROLE_DSNS = {"owner": "owner_dsn", "runtime": "runtime_dsn", "dispatcher": "dispatcher_dsn"}
+FORGERIES = {
+    # name: (statement, what the owner / the scoped runtime meets; the dispatcher meets no privilege)
+    "back-dated history": (
+        "insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
+        "values ('tenant-a', %(schedule_id)s, transaction_timestamp() - interval '1 second', 'created')",
+        pgerrors.CheckViolation, "stamped by the server"),
+    "future-dated history": (
+        "insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
+        "values ('tenant-a', %(schedule_id)s, transaction_timestamp() + interval '1 second', 'updated')",
+        pgerrors.CheckViolation, "stamped by the server"),
+    "history of a made-up schedule": (
+        "insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
+        "values ('tenant-a', gen_random_uuid(), transaction_timestamp(), 'deleted')",
+        pgerrors.ForeignKeyViolation, "about a schedule of its scope"),
+    "history of another scope's schedule under this scope": (
+        "insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
+        "values ('tenant-a', %(other_id)s, transaction_timestamp(), 'suspended')",
+        pgerrors.ForeignKeyViolation, "about a schedule of its scope"),
+    "history with an event the protocol never writes": (
+        "insert into appsurface_durable.schedule_history (scope_id, schedule_id, recorded_at_utc, event) "
+        "values ('tenant-a', %(schedule_id)s, transaction_timestamp(), 'work-succeeded')",
+        pgerrors.CheckViolation, "schedule_history"),
+    "rewritten history": (
+        "update appsurface_durable.schedule_history set event = 'deleted' where schedule_id = %(schedule_id)s",
+        pgerrors.RestrictViolation, "append-only: UPDATE refused"),
+    "erased history": (
+        "delete from appsurface_durable.schedule_history where schedule_id = %(schedule_id)s",
+        pgerrors.RestrictViolation, "append-only: DELETE refused"),
+    "cursor moved backwards": (
+        "update appsurface_durable.schedule_definitions set cursor_utc = cursor_utc - interval '1 microsecond' "
+        "where schedule_id = %(schedule_id)s",
+        pgerrors.CheckViolation, "the cursor never moves backwards"),
+    "dispatch row deleted": (
+        "delete from appsurface_durable.schedule_dispatch where schedule_id = %(schedule_id)s",
+        None, None),
+    "dispatch timing deleted": (
+        "delete from appsurface_durable.schedule_dispatch_timing",
+        None, None),
+}
+
+
+def forgery_outcome(role: str, forgery: str):
+    """What each role meets: the dispatcher holds no privilege on any of these, the runtime none to update or
+    delete history nor to delete dispatch rows; every other attempt meets the database's own guard."""
+    statement, guard, message = FORGERIES[forgery]
+    if role == "dispatcher" or guard is None and role == "runtime":
+        return pgerrors.InsufficientPrivilege, None
+    if role == "runtime" and statement.startswith(("update appsurface_durable.schedule_history",
+                                                   "delete from appsurface_durable.schedule_history")):
+        return pgerrors.InsufficientPrivilege, None
+    return guard, message
+
+
+# The owner may delete dispatch rows (it owns the schema); the guard is that the runtime may not.
+FORGERY_CASES = [(role, forgery) for role in ROLE_DSNS for forgery in FORGERIES
+                 if not (role == "owner" and FORGERIES[forgery][1] is None)]
+
+
+@pytest.mark.parametrize("role, forgery", FORGERY_CASES)
+def test_each_forgery_is_refused_for_each_role_and_changes_nothing(store, role, forgery):
+    store.create_scope("tenant-b")
+    schedule_id, other_id = create_schedule(store), create_schedule(store, "tenant-b")
+    with reference.ScheduleClient(store.runtime_dsn, "tenant-a") as client:
+        view = client.get(schedule_id)
+        client.update(schedule_id, every_spec(2.0), expected_revision=view.revision)  # some history to rewrite
+    before = snapshot(store)
+    error, message = forgery_outcome(role, forgery)
+    with connect(getattr(store, ROLE_DSNS[role])) as conn:
+        with pytest.raises(error) as caught:
+            with conn.transaction():
+                if role == "runtime":
+                    conn.execute("select appsurface_durable.set_local_scope('tenant-a')")
+                conn.execute(FORGERIES[forgery][0], {"schedule_id": schedule_id, "other_id": other_id})
+    if message:
+        assert message in str(caught.value)
+    assert snapshot(store) == before

@@ -243,7 +243,7 @@ func (p *processor) open(c *claim) (*locked, error) {
 	}
 	fail := func(err error) (*locked, error) { s.rollback(); return nil, err }
 	l := &locked{}
-	found, err := s.row(`select set_config('appsurface_durable.scope_id', x.scope_id, true)
+	found, err := s.row(`select appsurface_durable.set_local_scope(x.scope_id)
 	                     from (select appsurface_durable.scope_for_routing_id($1) as scope_id) x
 	                     where current_user = $2 and x.scope_id is not null`,
 		[]any{&l.scopeID}, c.routingID, runtimeRole)

@@ -2,9 +2,21 @@
 -- on the local setting appsurface_durable.scope_id. The routing ID is the opaque number the
 -- dispatcher sees instead of the scope identity.
 
+-- The scope authorizes only the transaction that set it: set_local_scope stores it bound to that
+-- transaction's ID, and current_scope reads it only inside that transaction. A value left at session
+-- level on a pooled connection (SET, or set_config(..., false)) reads nothing in any later transaction,
+-- and neither does a raw scope ID written to the setting by hand.
 create function appsurface_durable.current_scope() returns text
 language sql stable as $$
-    select nullif(current_setting('appsurface_durable.scope_id', true), '')
+    select case when split_part(current_setting('appsurface_durable.scope_id', true), '/', 1)
+                     = pg_current_xact_id_if_assigned()::text
+                then nullif(split_part(current_setting('appsurface_durable.scope_id', true), '/', 2), '') end
+$$;
+
+create function appsurface_durable.set_local_scope(p_scope_id text) returns text
+language sql as $$
+    select split_part(set_config('appsurface_durable.scope_id',
+                                 pg_current_xact_id()::text || '/' || coalesce(p_scope_id, ''), true), '/', 2)
 $$;
 
 create table appsurface_durable.scopes (
@@ -31,9 +43,13 @@ language sql as $$
 $$;
 
 -- The runtime learns which scope a claimed routing ID belongs to before it sets the local scope.
+-- This and locked_scope_fences are PL/pgSQL: a SQL function whose body cannot be inlined is planned again
+-- on every call, while PL/pgSQL keeps its plan for the session.
 create function appsurface_durable.scope_for_routing_id(p_routing_id bigint) returns text
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-    select scope_id from appsurface_durable.scopes where routing_id = p_routing_id
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return (select s.scope_id from appsurface_durable.scopes s where s.routing_id = p_routing_id);
+end
 $$;
 
 -- The fences a scoped transaction validates: the active store epoch and the scope generation, with the
@@ -41,14 +57,18 @@ $$;
 -- definer because a row lock needs UPDATE, which the runtime must not have on scopes.
 create function appsurface_durable.locked_scope_fences()
 returns table (runtime_epoch bigint, scope_generation bigint, routing_id bigint)
-language sql security definer set search_path = pg_catalog, pg_temp as $$
-    select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
-    from appsurface_durable.scopes s
-    where s.scope_id = appsurface_durable.current_scope()
-    for share of s
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+    return query
+        select (select r.runtime_epoch from appsurface_durable.store_runtime r), s.generation, s.routing_id
+        from appsurface_durable.scopes s
+        where s.scope_id = appsurface_durable.current_scope()
+        for share of s;
+end
 $$;
 
 grant select on appsurface_durable.scopes to appsurface_durable_runtime;
 grant execute on function appsurface_durable.current_scope() to appsurface_durable_runtime;
+grant execute on function appsurface_durable.set_local_scope(text) to appsurface_durable_runtime;
 grant execute on function appsurface_durable.scope_for_routing_id(bigint) to appsurface_durable_runtime;
 grant execute on function appsurface_durable.locked_scope_fences() to appsurface_durable_runtime;

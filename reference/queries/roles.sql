@@ -55,3 +55,11 @@ from pg_policy pol
 join pg_class c on c.oid = pol.polrelid
 join pg_namespace n on n.oid = c.relnamespace
 where n.nspname = 'appsurface_durable';
+
+-- name: enabled_triggers
+-- Triggers that fire in ordinary sessions ('O': origin and local; 'A': always), partitions' clones included.
+select c.relname as relation, t.tgname as trigger
+from pg_trigger t
+join pg_class c on c.oid = t.tgrelid
+join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = 'appsurface_durable' and t.tgconstraint = 0 and t.tgenabled in ('O', 'A');

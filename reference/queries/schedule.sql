@@ -101,9 +101,6 @@ select d.dispatch_id, appsurface_durable.current_scope(), %(due_at_utc)s, %(due_
 from appsurface_durable.schedule_dispatch d
 where d.schedule_id = %(schedule_id)s;
 
--- name: delete_dispatch
-delete from appsurface_durable.schedule_dispatch where schedule_id = %(schedule_id)s;
-
 -- name: lock_dispatch
 select d.dispatch_id, d.dispatch_revision, d.lease_state, t.lease_owner
 from appsurface_durable.schedule_dispatch d
