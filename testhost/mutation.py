@@ -10,9 +10,9 @@ proves nothing, so the run fails.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import shutil
-import json
 import tempfile
 import time
 from dataclasses import dataclass, field

@@ -19,9 +19,8 @@ from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
 from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
                      client_outcomes, coalesced_forward, equivalence, expectations, fence_seen, history_agreement,
-                     idle_cursor,
-                     late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty, universal,
-                     vacuity)
+                     idle_cursor, late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
+                     universal, vacuity)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
