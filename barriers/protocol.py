@@ -260,7 +260,8 @@ NORMATIVE = (
     Section("Suspension and history", (
         "Fences come first in every scoped transaction, before any cursor move or Work: runtime epoch first (a "
         "stale persisted `runtime_epoch` suspends with reason `runtime-epoch`), then scope generation (reason "
-        "`scope-generation`); when both mismatch, the reason is `runtime-epoch` (`fence-before-cursor`).",
+        "`scope-generation`); when both mismatch, the reason is `runtime-epoch` (`fence-before-cursor`; a schedule "
+        "the model holds fenced acts on nothing after any step: `fence-before-cursor-at-every-step`).",
         "A suspension sets `lifecycle_state` `suspended` and `suspension_reason`, bumps `revision` by one, keeps "
         "the cursor, releases the lease with no due time, and writes one `schedule_history` row with event "
         "`suspended` and `detail.reason` equal to the reason; a `clock-anomaly` detail also holds `cursor_utc`, "

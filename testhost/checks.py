@@ -684,6 +684,40 @@ def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:
     return CheckResult("idle-pass-keeps-cursor", IDLE_CURSOR, not evidence, evidence, rows)
 
 
+FENCE_SEEN = rule_of(
+    "fence-before-cursor-at-every-step",
+    "A mismatch suspends the Schedule before it moves the cursor or accepts Work. (Seen after every step: while "
+    "the model holds a schedule suspended for a runtime-epoch or scope-generation fence, nothing is decided or "
+    "linked for it and its cursor stays where it was.)")
+FENCE_REASONS = ("runtime-epoch", "scope-generation")
+
+
+def fence_seen(observations: list[tuple[int, dict]]) -> CheckResult:
+    """Between the states seen after consecutive steps, a schedule the model holds fenced at the later one whose
+    cursor, occurrences, skipped ranges or links changed acted past its fence (a missing suspension alone is
+    `processor-history`'s and the model's to judge: a fault may delay the pass that suspends)."""
+    evidence = []
+    rows = 0
+    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+        for schedule_id, reason in seen_b.get("fenced", {}).items():
+            before = seen_a.get("cursors", {}).get(schedule_id)
+            after = seen_b.get("cursors", {}).get(schedule_id)
+            if before is None or after is None:
+                continue
+            rows += 1
+            changed = [k for k in ("cursor_utc", "occurrences", "last_decided", "skipped", "linked")
+                       if before.get(k) != after.get(k)]
+            if changed:
+                evidence.append({"schedule_id": schedule_id, "fence": reason, "after_step": step_a + 1,
+                                 "at_step": step_b + 1, "changed": {k: [_seen_text(before.get(k)),
+                                                                        _seen_text(after.get(k))] for k in changed}})
+    return CheckResult("fence-before-cursor-at-every-step", FENCE_SEEN, not evidence, evidence, rows)
+
+
+def _seen_text(value: Any) -> Any:
+    return instant_text(value) if isinstance(value, datetime) else value
+
+
 HISTORY_ROWS = rule_of(
     "processor-history",
     "Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "

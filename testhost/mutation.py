@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from .certify import Options, Pool, Progress, _pool_factory, _worker_run, declar
 from .faults import FAULTS
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
+from .workspace import DEFAULT_ROOT
 
 
 @dataclass
@@ -154,12 +157,14 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     started = time.monotonic()
     if (impl is None) != (mutants_dir is None):
         raise ValueError("--impl and --mutants go together: the implementation's command and its folder of patches")
-    mutants = load_patch_mutants(impl, mutants_dir, root, names) if mutants_dir else select_mutants(names)
-    control_command = impl or REFERENCE_COMMAND
-    log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
-    shutil.rmtree(log_dir, ignore_errors=True)
-    runner = MutantRun(options, log_dir)
+    copies = _copies_dir() if mutants_dir else None
+    runner = None
     try:
+        mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
+        control_command = impl or REFERENCE_COMMAND
+        log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
+        shutil.rmtree(log_dir, ignore_errors=True)
+        runner = MutantRun(options, log_dir)
         census_cases = runner.run([(control_command, None, CasePlan(s.name))
                                    for s in select(load_catalog(), options.scenario)],
                                   "census (unmutated implementation)")
@@ -191,7 +196,10 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
             for command, case in runner.run(jobs, f"mutants: {label}"):
                 _record(command_of[command], [case])
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
+        if copies is not None:
+            shutil.rmtree(copies, ignore_errors=True)
     elapsed = time.monotonic() - started
     control_failed = [c["id"] for c in control if c["verdict"] != "pass"]
     killed = sum(v.killed for v in verdicts.values())
@@ -206,6 +214,13 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     print(f"mutation score: {killed}/{len(verdicts)}")
     ok = killed == len(verdicts) and not control_failed
     return (0 if ok else 1), report
+
+
+def _copies_dir() -> Path:
+    """Where this run's patched copies of the implementation live: under CRASHPROOF_HOME, removed when it ends."""
+    home = Path(os.environ.get("CRASHPROOF_HOME") or DEFAULT_ROOT) / "patch-mutants"
+    home.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=home))
 
 
 def _schema_of(mutant) -> str | None:

@@ -19,7 +19,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -86,9 +85,9 @@ def _normative_migrations() -> Path:
     return Path(str(resources.files("reference").joinpath("migrations")))
 
 
-def load(impl: str, mutants_dir: Path, root: Path | None = None, names: str | None = None,
-         work: Path | None = None) -> list[PatchMutant]:
-    """Copy the root once per patch, apply it, and point the command at the copy."""
+def load(impl: str, mutants_dir: Path, root: Path | None, names: str | None, work: Path) -> list[PatchMutant]:
+    """Copy the root once per patch into `work` (the caller removes it), apply it, and point the command at the
+    copy."""
     mutants_dir = mutants_dir.resolve()
     if not mutants_dir.is_dir():
         raise PatchMutantError(f"--mutants {mutants_dir}: not a directory of *.patch files")
@@ -102,7 +101,6 @@ def load(impl: str, mutants_dir: Path, root: Path | None = None, names: str | No
     if not rewritten:
         raise PatchMutantError(f"the implementation command {impl!r} names no file inside {root}: a patch to that "
                                f"folder could not change what runs; pass --root or a command under it")
-    work = work or Path(tempfile.mkdtemp(prefix="crashproof-patch-mutants-"))
     found = []
     for patch in patches:
         fields = preamble(patch)

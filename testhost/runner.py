@@ -17,10 +17,10 @@ from typing import Any
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
 
-from .checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
-                     client_outcomes, coalesced_forward, equivalence, expectations, history_agreement, idle_cursor,
-                     late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty, universal,
-                     vacuity)
+from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
+                     client_outcomes, coalesced_forward, equivalence, expectations, fence_seen, history_agreement,
+                     idle_cursor, late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
+                     universal, vacuity)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
@@ -262,12 +262,19 @@ class CaseRun:
                 "as occurrences, (select max(last_nominal_utc) from appsurface_durable.schedule_occurrences o "
                 "where o.schedule_id = d.schedule_id) as last_decided, (select count(*) from "
                 "appsurface_durable.schedule_history h where h.schedule_id = d.schedule_id "
-                "and h.event = 'recovery-skipped') as skipped "
+                "and h.event = 'recovery-skipped') as skipped, (select count(*) from "
+                "appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id "
+                "and o.work_id is not null) as linked "
                 "from appsurface_durable.schedule_definitions d").fetchall()
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},
-                                            "cursors": {r["schedule_id"]: dict(r) for r in cursors}}))
+                                            "cursors": {r["schedule_id"]: dict(r) for r in cursors},
+                                            # what Gate A holds fenced after this step, to judge the step by
+                                            "fenced": {str(self.schedule_ids[name]): s.suspension
+                                                       for name, s in self.model.schedules.items()
+                                                       if s.lifecycle == "suspended" and s.suspension in FENCE_REASONS
+                                                       and name in self.schedule_ids}}))
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
         """Dispatch rows with their timing (one schedule's, or all)."""
@@ -638,6 +645,7 @@ class CaseRun:
             checks.append(coalesced_forward(self.coalesced_seen))
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
+            checks.append(fence_seen(self.coalesced_seen))
             if late_check is not None:
                 checks.append(late_check)
             if self.plan.fault is None or self.scenario.equivalence:

@@ -378,3 +378,16 @@ def test_model_agreement_and_equivalence_evidence_is_in_rfc_3339_instants():
     moved = equivalence({"r": {**database["r"], "cursor_instant": 240_000_000}}, database)
     assert moved.evidence[0]["faulted"]["cursor_at_or_after"] == "2031-03-03T00:04:00.000000Z"
     assert moved.evidence[0]["fault_free"]["cursor_at_or_after"] == "2031-03-03T00:03:00.000000Z"
+
+
+def test_a_schedule_held_fenced_that_decides_anything_after_a_step_acts_past_its_fence():
+    from testhost.checks import fence_seen
+    fenced = {"fenced": {str(S): "runtime-epoch"}}
+    suspended_in_place = [(0, _cursors_seen(0, occurrences=0)), (1, {**_cursors_seen(0, occurrences=0), **fenced})]
+    assert fence_seen(suspended_in_place).ok and fence_seen(suspended_in_place).rows == 1
+    decided = fence_seen([(0, _cursors_seen(0, occurrences=0, last_s=0)), (1, {**_cursors_seen(61), **fenced})])
+    assert not decided.ok and decided.evidence[0]["fence"] == "runtime-epoch"
+    assert set(decided.evidence[0]["changed"]) == {"cursor_utc", "occurrences", "last_decided"}
+    assert "A mismatch suspends the Schedule before it moves the cursor or accepts Work." in decided.rule
+    released = [(0, _cursors_seen(0, occurrences=0)), (1, _cursors_seen(61))]  # no fence held: not judged
+    assert fence_seen(released).ok and fence_seen(released).rows == 0

@@ -2,6 +2,7 @@
 the Go example's (examples/go/mutants). Malformed input is a one-line error before anything runs."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,13 @@ def test_every_go_mutant_names_its_rule_and_changes_only_go_source():
     assert {p.stem for p in patches} >= {"wrong-fail-after-lost-commit", "no-client-deadline",
                                          "skipped-runtime-epoch-fence", "work-identity-from-bridge-time",
                                          "link-before-work-own-transaction"}
+    repo = GO.parent.parent
+    spec = " ".join(next((repo / "docs" / "spec").glob("*.txt")).read_text().split())
+    protocol = " ".join((repo / "barriers" / "PROTOCOL.md").read_text().split())
     for patch in patches:
         fields = preamble(patch)
         assert fields["rule"] and fields["description"], patch.name
+        assert fields["rule"] in spec or fields["rule"] in protocol, f"{patch.name}: not a verbatim rule"
         assert all(path.endswith(".go") and (GO / path).exists() for path in touched(patch)), patch.name
 
 
@@ -36,7 +41,7 @@ def test_a_patch_without_a_rule_is_refused(tmp_path):
     (root / "mutants" / "silent.patch").write_text("--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
                                                   "-echo fine\n+echo broken\n")
     with pytest.raises(PatchMutantError, match=r"silent.patch: the preamble names no `Rule:`"):
-        load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+        load(str(root / "run.sh"), root / "mutants", None, None, work=tmp_path / "work")
 
 
 def test_a_patch_that_does_not_apply_is_refused_naming_it(tmp_path):
@@ -44,7 +49,7 @@ def test_a_patch_that_does_not_apply_is_refused_naming_it(tmp_path):
     (root / "mutants" / "stale.patch").write_text("Rule: some rule\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n"
                                                  " #!/bin/sh\n-echo something else\n+echo broken\n")
     with pytest.raises(PatchMutantError, match=r"stale.patch does not apply to .*impl"):
-        load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+        load(str(root / "run.sh"), root / "mutants", None, None, work=tmp_path / "work")
 
 
 def test_a_command_outside_the_patched_folder_is_refused(tmp_path):
@@ -52,14 +57,14 @@ def test_a_command_outside_the_patched_folder_is_refused(tmp_path):
     (root / "mutants" / "ok.patch").write_text("Rule: r\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n"
                                               " #!/bin/sh\n-echo fine\n+echo broken\n")
     with pytest.raises(PatchMutantError, match=r"names no file inside .*impl"):
-        load("/bin/true", root / "mutants", work=tmp_path / "work")
+        load("/bin/true", root / "mutants", None, None, work=tmp_path / "work")
 
 
 def test_a_patch_applies_to_a_copy_and_the_command_points_at_it(tmp_path):
     root = _tiny_root(tmp_path)
     (root / "mutants" / "ok.patch").write_text("Rule: r\nSlice: at-*, */kill/*\n\n--- a/run.sh\n+++ b/run.sh\n"
                                               "@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
-    [mutant] = load(f"sh {root / 'run.sh'} --flag", root / "mutants", work=tmp_path / "work")
+    [mutant] = load(f"sh {root / 'run.sh'} --flag", root / "mutants", None, None, work=tmp_path / "work")
     assert mutant.command == f"sh {tmp_path / 'work' / 'ok' / 'run.sh'} --flag"
     assert mutant.slice == ("at-*", "*/kill/*") and mutant.migrations is None
     assert (tmp_path / "work" / "ok" / "run.sh").read_text().endswith("echo broken\n")
@@ -73,7 +78,7 @@ def test_a_schema_patch_gets_a_patched_copy_of_the_normative_migrations(tmp_path
         "Rule: r\n\n--- a/migrations/0003_work_store.sql\n+++ b/migrations/0003_work_store.sql\n"
         "@@ -26 +26 @@\n-grant select, insert, update on appsurface_durable.work_items to appsurface_durable_runtime;\n"
         "+grant select, insert, update, delete on appsurface_durable.work_items to appsurface_durable_runtime;\n")
-    [mutant] = load(str(root / "run.sh"), root / "mutants", work=tmp_path / "work")
+    [mutant] = load(str(root / "run.sh"), root / "mutants", None, None, work=tmp_path / "work")
     assert mutant.changes_schema and Path(mutant.migrations).name == "migrations"
     assert "update, delete on" in (Path(mutant.migrations) / "0003_work_store.sql").read_text()
 
@@ -107,3 +112,44 @@ def test_all_cases_runs_every_case_of_a_killed_mutant_not_only_until_the_kill(tm
     assert code == 0 and report["all_cases"] and entry["rule_named"]
     faulted = [case for case in entry["caught_by"] if case.count("/") == 3]
     assert entry["cases_run"] > 20 and len(faulted) == entry["cases_run"] - 1, entry
+
+
+# What each planted bug must be killed by: the check whose failure names the patch's `Rule:` sentence.
+GO_KILLED_BY = {"wrong-fail-after-lost-commit": "outcome-honesty", "no-client-deadline": "client-deadline",
+                "skipped-runtime-epoch-fence": "fence-before-cursor-at-every-step",
+                "work-identity-from-bridge-time": "deterministic-work-identity",
+                "link-before-work-own-transaction": "one-work-per-materialized-occurrence"}
+
+
+@pytest.mark.world
+def test_every_go_mutant_is_killed_in_its_slice_naming_its_rule_and_leaves_no_copy(tmp_path, capsys, monkeypatch):
+    """All five planted bugs on the narrowest slice that holds them (at-single and epoch-release); the patched
+    copies live under CRASHPROOF_HOME while the run lasts and are gone after it."""
+    from testhost.cli import main
+    home = Path(os.environ.get("CRASHPROOF_HOME") or "/tmp/crashproof")
+    before = set((home / "patch-mutants").glob("*"))
+    code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--scenario",
+                 "[ae][tp]*", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    report = json.loads((tmp_path / "mutants.json").read_text())
+    assert out[-1] == "mutation score: 5/5", out[-12:]
+    assert code == 0 and report["control"]["failed"] == []
+    named = {entry["mutant"]: entry for entry in report["mutants"]}
+    assert set(named) == set(GO_KILLED_BY)
+    for name, check in GO_KILLED_BY.items():
+        assert named[name]["rule_named"] and check in named[name]["checks_named"], named[name]
+    assert set((home / "patch-mutants").glob("*")) == before
+
+
+def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, monkeypatch):
+    from testhost.cli import main
+    monkeypatch.setenv("CRASHPROOF_HOME", str(tmp_path / "home"))
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "ok.patch").write_text(
+        "Rule: r\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
+    (root / "mutants" / "stale.patch").write_text(
+        "Rule: r\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo gone\n+echo broken\n")
+    assert main(["mutants", "--impl", str(root / "run.sh"), "--mutants", str(root / "mutants"),
+                 "--report-dir", str(tmp_path / "report")]) != 0
+    assert (tmp_path / "home" / "patch-mutants").is_dir()
+    assert list((tmp_path / "home" / "patch-mutants").iterdir()) == []
