@@ -29,6 +29,11 @@ if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
     apt_install libfaketime
 fi
 
+# Headless Chromium and its driver: the HTML report's tests and benchmark open the page in a real browser.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    apt_install chromium chromium-driver
+fi
+
 # Python 3.11+ with venv.
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
     || die "Python 3.11 or newer is required (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11"

@@ -23,6 +23,7 @@ from typing import Callable
 
 from barriers import CATALOG
 from reports import report as reports
+from reports.render import render as render_all
 from scenarios.matrix import expand, select
 from scenarios.model import Scenario, load_catalog
 
@@ -296,6 +297,7 @@ def certify(options: Options) -> tuple[int, dict]:
              "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": str(log_dir)},
         cases=cases)
     path = reports.write(report, options.report_dir)
+    render_all(options.report_dir)
     summary = report["summary"]
     ok = summary["passed"] == summary["cases"] and not run_problems and summary["cases"] > 0
     print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
