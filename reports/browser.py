@@ -14,7 +14,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @contextmanager
-def chromium(width: int = 1400, height: int = 1000):
+def chromium(width: int = 1400, height: int = 1000, javascript: bool = True):
     """A headless Chromium session that logs every network request the page makes."""
     try:
         from selenium import webdriver
@@ -30,7 +30,9 @@ def chromium(width: int = 1400, height: int = 1000):
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  f"--window-size={width},{height}", "--allow-file-access-from-files"):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    if not javascript:
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         yield driver
