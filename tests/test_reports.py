@@ -200,3 +200,14 @@ def test_renderers_tolerate_fields_they_do_not_know(mutant_report, tmp_path):
     assert "the run stopped early (SIGTERM)" in (directory / "report.md").read_text()
     assert "novel-event" in (directory / "junit.xml").read_text()
     assert json.loads((directory / "certificate.json").read_text())["certified"] is False
+
+
+def test_the_benchmarks_full_matrix_replicates_a_real_run_under_unique_ids(mutant_report):
+    from bench.report_bench import full_matrix
+    run = json.loads((mutant_report / "report.json").read_text())
+    big = full_matrix(run, 23)
+    ids = [c["id"] for c in big["cases"]]
+    assert len(ids) == len(set(ids)) == 23 and big["summary"]["cases"] == 23
+    assert all(c["id"].startswith(c["scenario"]) for c in big["cases"])
+    first_faulted = next(i for i, c in enumerate(big["cases"]) if c["fault"] is not None)
+    assert all(c["fault"] is not None for c in big["cases"][first_faulted:])
