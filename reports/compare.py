@@ -76,6 +76,7 @@ def merge(loaded: list[Loaded]) -> dict:
     _same(loaded, "suite versions", lambda r: r.get("suite_version"))
     _same(loaded, "implementations", lambda r: (r.get("implementation", {}).get("command"),
                                                 r.get("implementation", {}).get("identity")))
+    shards = _shards(loaded)
     owner: dict[str, object] = {}
     for item in loaded:
         for case in item.report["cases"]:
@@ -101,6 +102,7 @@ def merge(loaded: list[Loaded]) -> dict:
            "duration_s": round(max(e for _, e in spans).timestamp() - min(s for s, _ in spans).timestamp(), 2)
            if spans else None,
            "seed": first.get("run", {}).get("seed"),
+           **({"selection": dict(first.get("run", {}).get("selection") or {}, shard=None)} if shards else {}),
            "skipped": _union(item.report.get("run", {}).get("skipped") or [] for item in loaded),
            "problems": _union(item.report.get("run", {}).get("problems") or [] for item in loaded),
            "merged_from": [{"directory": str(item.directory), "started_at": item.report.get("run", {}).get("started_at"),
@@ -111,6 +113,30 @@ def merge(loaded: list[Loaded]) -> dict:
     if any(item.report.get("partial") or item.report.get("interrupted") for item in loaded):
         merged["partial"] = True
     return merged
+
+
+def _shards(loaded: list[Loaded]) -> int:
+    """N when the reports are the shards of one sharded run (`certify --shard I/N`), all of them once; else 0."""
+    named = [(item.directory, (item.report.get("run", {}).get("selection") or {}).get("shard")) for item in loaded]
+    if not any(label for _, label in named):
+        return 0
+    if not all(label for _, label in named):
+        raise ReportError("cannot merge shards with reports that are not shards: " +
+                          ", ".join(str(d) for d, label in named if not label))
+    counts = {int(str(label).split("/")[1]) for _, label in named}
+    if len(counts) > 1:
+        raise ReportError(f"cannot merge shards of different splits: {', '.join(sorted(str(x) for _, x in named))}")
+    count = counts.pop()
+    seen: dict[int, object] = {}
+    for directory, label in named:
+        index = int(str(label).split("/")[0])
+        if index in seen:
+            raise ReportError(f"shard {label} twice: {seen[index]} and {directory}")
+        seen[index] = directory
+    missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
+    if missing:
+        raise ReportError(f"shard {', '.join(missing)} missing: merge all {count} shards of the run")
+    return count
 
 
 def _union(lists) -> list:

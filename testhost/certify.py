@@ -27,6 +27,7 @@ from reports.render import render as render_all
 from scenarios.matrix import expand, select
 from scenarios.model import Scenario, load_catalog
 
+from . import shard
 from .faults import FAULTS
 from .forkserver import module_command
 from .implementation import LAUNCHERS, set_launcher
@@ -89,6 +90,7 @@ class Options:
     dsn: str | None = None
     docker: bool = False
     launcher: str = "fork-server"
+    shard: tuple[int, int] | None = None  # (I, N): run only the I-th of N slices (testhost/shard.py)
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -259,6 +261,7 @@ def certify(options: Options) -> tuple[int, dict]:
         environment = pool.executor.submit(_worker_environment).result()
         environment.update({"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()})
         census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir)
+        plans = shard.select(plans, census_hits, options.shard)
         if options.command != REFERENCE_COMMAND:
             reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND})
             _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir)
@@ -272,7 +275,8 @@ def certify(options: Options) -> tuple[int, dict]:
     finally:
         pool.close()
 
-    cases = [r["case"] for r in census_results] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
+    reported_census = census_results if options.shard is None or options.shard[0] == 1 else []
+    cases = [r["case"] for r in reported_census] + sorted((r["case"] for r in faulted), key=lambda c: c["id"])
     run_problems = []
     if options.scenario is None and options.barrier is None:
         reached = {name for hits in census_hits.values() for name in hits}
@@ -293,7 +297,8 @@ def certify(options: Options) -> tuple[int, dict]:
         environment=environment,
         run={"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
              "selection": {"scenario": options.scenario, "barrier": options.barrier, "fault": options.fault,
-                           "repeat": options.repeat},
+                           "repeat": options.repeat,
+                           "shard": f"{options.shard[0]}/{options.shard[1]}" if options.shard else None},
              "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": str(log_dir)},
         cases=cases)
     path = reports.write(report, options.report_dir)

@@ -14,6 +14,7 @@ def cmd_certify(args) -> int:
     from pathlib import Path
 
     from .certify import Options, certify, default_jobs
+    from .shard import parse as parse_shard
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
     if args.docker:
@@ -22,7 +23,8 @@ def cmd_certify(args) -> int:
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir),
                       jobs=args.jobs or default_jobs(), scenario=args.scenario, barrier=args.barrier,
                       fault=args.fault, repeat=args.repeat,
-                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher)
+                      seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
+                      shard=parse_shard(args.shard) if args.shard else None)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -145,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--fault", help="only this fault (kill, disconnect, lost-commit-reply, db-crash, pause)")
     certify.add_argument("--repeat", type=int, default=1, help="run each faulted case N times")
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
+    certify.add_argument("--shard", metavar="I/N", help="run only the I-th of N deterministic slices of the planned "
+                         "cases (one per CI machine); `crashproof report merge` joins the N reports")
     certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
     certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
     certify.add_argument("--launcher", choices=["fork-server", "spawn"], default="fork-server",
