@@ -3,14 +3,13 @@
 Each case is an item with an id like `at-single[schedule-link-after-commit-kill-1]` (the fault-free run is
 `at-single[fault-free]`), so `-k`, `-x`, `--lf`, `--junitxml` and pytest-xdist (`-n`) work as usual. Each
 pytest process (each xdist worker) owns a world of its own, started at its first case. The matrix comes
-from the fault-free census, run once per implementation and selection and kept in CRASHPROOF_HOME, so every
-xdist worker collects the same items without running the census again.
+from the fault-free census, taken once per run (under xdist by the first worker, kept in CRASHPROOF_HOME for
+the others until the run ends), so every worker collects the same items.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import tempfile
@@ -35,25 +34,36 @@ def _item_name(plan: CasePlan) -> str:
     return f"{plan.scenario}[{inner}{'' if plan.repeat == 1 else f'-{plan.repeat}'}]"
 
 
-def _planned(config) -> list[CasePlan]:
-    """The fault-free runs and the planned faulted cases, from a census kept on disk (one per selection)."""
-    from .certify import Options, census, suite_version
+def _census_rows(config) -> list[list]:
+    from .certify import Options, census
+    command, scenario, barrier, fault = (config.getoption(o) for o in (
+        "crashproof_impl", "crashproof_scenario", "crashproof_barrier", "crashproof_fault"))
+    plans, _ = census(Options(command=command, scenario=scenario, barrier=barrier, fault=fault))
+    rows = [[s, None, None, None, 1] for s in _scenarios(scenario)]
+    return rows + [[p.scenario, p.barrier, p.fault, p.hit, p.repeat] for p in sorted(plans, key=lambda p: p.id)]
+
+
+def _census_file(config) -> Path | None:
+    """Where the xdist workers of one run share its census (None outside xdist: the census stays in memory)."""
+    run = getattr(config, "workerinput", {}).get("testrunuid")
+    if not run:
+        return None
     from .workspace import Workspace
-    from scenarios.model import load_catalog
-    selection = [config.getoption(o) for o in ("crashproof_impl", "crashproof_scenario", "crashproof_barrier",
-                                               "crashproof_fault")]
-    key = hashlib.sha256(json.dumps([suite_version(load_catalog()), *selection]).encode()).hexdigest()[:16]
     root = Workspace().root
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"pytest-census-{key}.json"
-    with open(root / f"pytest-census-{key}.lock", "w") as lock:
+    return root / f"pytest-census-{run}.json"
+
+
+def _planned(config) -> list[CasePlan]:
+    """The fault-free runs and the planned faulted cases, from this run's census (taken afresh each run: the
+    implementation may have changed since the last one)."""
+    path = _census_file(config)
+    if path is None:
+        return [CasePlan(*row) for row in _census_rows(config)]
+    with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the first xdist worker takes the census; the others wait and read it
         if not path.exists():
-            command, scenario, barrier, fault = selection
-            plans, _ = census(Options(command=command, scenario=scenario, barrier=barrier, fault=fault))
-            rows = [[s, None, None, None, 1] for s in _scenarios(scenario)]
-            rows += [[p.scenario, p.barrier, p.fault, p.hit, p.repeat] for p in sorted(plans, key=lambda p: p.id)]
-            path.write_text(json.dumps(rows))
+            path.write_text(json.dumps(_census_rows(config)))
     return [CasePlan(*row) for row in json.loads(path.read_text())]
 
 
@@ -149,7 +159,14 @@ class _Session:
         return outcome
 
 
-def pytest_unconfigure(config):
-    session = config.stash.get(_Session.key, None)
-    if session is not None and session.world is not None:
-        session.world.down()
+def pytest_sessionfinish(session, exitstatus):
+    # Not unconfigure: an xdist worker ends without it.
+    config = session.config
+    own = config.stash.get(_Session.key, None)
+    if own is not None and own.world is not None:
+        own.world.down()
+        own.world = None
+    path = _census_file(config) if config.getoption("crashproof") else None
+    if path is not None:  # every worker collected before any test ran, so none still needs it
+        path.unlink(missing_ok=True)
+        path.with_suffix(".lock").unlink(missing_ok=True)
