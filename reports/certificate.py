@@ -65,11 +65,11 @@ def sign(directory: Path, key: Path) -> Path:
 
 
 def _check_signature(certificate: Path, allowed_signers: Path, signer: str) -> str:
+    if not Path(allowed_signers).exists():
+        raise ReportError(f"no allowed-signers file at {allowed_signers}")
     signature = certificate.with_name(SIGNATURE)
     if not signature.exists():
         raise ReportError(f"no {SIGNATURE} beside {certificate}: the certificate is not signed")
-    if not Path(allowed_signers).exists():
-        raise ReportError(f"no allowed-signers file at {allowed_signers}")
     with certificate.open("rb") as message:
         done = subprocess.run([_ssh_keygen(), "-Y", "verify", "-f", str(allowed_signers), "-I", signer,
                                "-n", NAMESPACE, "-s", str(signature)], stdin=message, capture_output=True, text=True)
@@ -100,7 +100,8 @@ def verify(directory: Path, allowed_signers: Path | None = None, signer: str | N
     for key, value in derived.items():
         if json.dumps(stated.get(key), sort_keys=True, default=str) != json.dumps(value, sort_keys=True, default=str):
             raise ReportError(f"{path}: {key} does not match report.json (the certificate was edited)")
-    checked = [f"report.json SHA-256 {actual} matches", f"certificate states what report.json says: {derived['verdict']}"]
+    checked = [f"report.json SHA-256 {actual} matches",
+               f"certificate states what report.json says: {derived['verdict']}"]
     if allowed_signers or signer:
         if not (allowed_signers and signer):
             raise ReportError("--allowed-signers and --signer go together: the file of trusted keys and the "

@@ -27,7 +27,8 @@ class Diff:
         out = list(self.notes)
         out += [f"{'NEW FAILURE' if new in BAD and old not in BAD else 'changed':11} {i}: {old} -> {new}"
                 for i, old, new in self.changed]
-        out += [f"{'NEW FAILURE' if new in BAD else 'added':11} {i}: {new} (not in the old run)" for i, new in self.added]
+        out += [f"{'NEW FAILURE' if new in BAD else 'added':11} {i}: {new} (not in the old run)"
+                for i, new in self.added]
         out += [f"{'removed':11} {i}: was {old} (not in the new run)" for i, old in self.removed]
         out.append(f"{len(self.changed)} changed, {len(self.added)} added, {len(self.removed)} removed; "
                    f"{len(self.new_failures)} new failure{'s' * (len(self.new_failures) != 1)}")
@@ -105,7 +106,8 @@ def merge(loaded: list[Loaded]) -> dict:
            **({"selection": dict(first.get("run", {}).get("selection") or {}, shard=None)} if shards else {}),
            "skipped": _union(item.report.get("run", {}).get("skipped") or [] for item in loaded),
            "problems": _union(item.report.get("run", {}).get("problems") or [] for item in loaded),
-           "merged_from": [{"directory": str(item.directory), "started_at": item.report.get("run", {}).get("started_at"),
+           "merged_from": [{"directory": str(item.directory),
+                            "started_at": item.report.get("run", {}).get("started_at"),
                             "selection": item.report.get("run", {}).get("selection"),
                             "cases": len(item.report["cases"])} for item in loaded]}
     merged = build(suite_version=first.get("suite_version"), implementation=implementation,

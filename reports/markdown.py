@@ -15,7 +15,8 @@ def _cell(text: object) -> str:
 def _counts_table(title: str, groups: dict) -> list[str]:
     lines = [f"| {title} | passed | failed | error | not run |", "|---|---:|---:|---:|---:|"]
     for key, counts in groups.items():
-        lines.append(f"| {_cell(key)} | {counts['pass']} | {counts['fail']} | {counts['error']} | {counts['not-run']} |")
+        lines.append(f"| {_cell(key)} | {counts['pass']} | {counts['fail']} | {counts['error']} | "
+                     f"{counts['not-run']} |")
     return lines
 
 

@@ -36,11 +36,12 @@ def find(report: dict, case_id: str) -> dict:
             return case
     close = difflib.get_close_matches(case_id, [str(c.get("id")) for c in report["cases"]], n=3)
     raise ReportError(f"no case {case_id!r} in the report" + (f"; did you mean {', '.join(close)}?" if close else
-                                                             "; `crashproof report show DIR` lists none, see report.md"))
+                                                             "; report.md and report.html list the case ids"))
 
 
 def case_text(case: dict) -> str:
-    lines = [f"case {case.get('id')}: {case.get('verdict')}" + (f" ({case.get('reason')})" if case.get("reason") else ""),
+    reason = f" ({case.get('reason')})" if case.get("reason") else ""
+    lines = [f"case {case.get('id')}: {case.get('verdict')}{reason}",
              f"duration {case.get('duration_s')} s"]
     for label, path in (case.get("logs") or {}).items():
         lines.append(f"log {label}: {path}")

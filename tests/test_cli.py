@@ -126,7 +126,8 @@ def test_report_render_writes_the_formats_asked_for_and_refuses_unknown_ones(mut
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "report.json", "report.md"]
     wrong = subprocess.run(_cli("report", "render", str(tmp_path), "--format", "html,pdf"), capture_output=True,
                            text=True, timeout=120)
-    assert wrong.returncode == 2 and "no report format named pdf; choose from html, md, junit, certificate" in wrong.stderr
+    assert wrong.returncode == 2
+    assert "no report format named pdf; choose from html, md, junit, certificate" in wrong.stderr
     assert not (tmp_path / "report.html").exists()
 
 

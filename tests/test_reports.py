@@ -134,7 +134,8 @@ def test_diff_finds_the_planted_regression(reference_report, mutant_report):
     assert "NEW FAILURE at-single/schedule-decision-after-commit/kill/1: pass -> fail" in regressed.stdout
     assert "NEW FAILURE at-single/schedule-decision-after-commit/pause/1: fail (not in the old run)" in regressed.stdout
     fixed = _cli("report", "diff", str(mutant_report), str(reference_report))
-    assert fixed.returncode == 0 and "changed     at-single/schedule-decision-after-commit/kill/1: fail -> pass" in fixed.stdout
+    assert fixed.returncode == 0
+    assert "changed     at-single/schedule-decision-after-commit/kill/1: fail -> pass" in fixed.stdout
     same = compare.diff(load(mutant_report), load(mutant_report))
     assert not same.changed and not same.new_failures
 
@@ -211,3 +212,48 @@ def test_the_benchmarks_full_matrix_replicates_a_real_run_under_unique_ids(mutan
     assert all(c["id"].startswith(c["scenario"]) for c in big["cases"])
     first_faulted = next(i for i, c in enumerate(big["cases"]) if c["fault"] is not None)
     assert all(c["fault"] is not None for c in big["cases"][first_faulted:])
+
+
+def test_sign_and_verify_refuse_in_one_line_what_they_cannot_do(reference_report, tmp_path):
+    directory = tmp_path / "r"
+    shutil.copytree(reference_report, directory)
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f"a@example {key.with_suffix('.pub').read_text()}")
+    refusals = [
+        (("sign", str(directory), "--key", str(tmp_path / "nokey")), "no key at"),
+        (("sign", str(directory), "--key", str(signers)), "ssh-keygen -Y sign failed"),
+        (("verify", str(directory), "--allowed-signers", str(signers)), "--allowed-signers and --signer go together"),
+        (("verify", str(directory), "--allowed-signers", str(signers), "--signer", "a@example"), "is not signed"),
+        (("verify", str(directory), "--allowed-signers", str(tmp_path / "none"), "--signer", "a"), "no allowed-signers"),
+    ]
+    for args, needle in refusals:
+        done = _cli("report", *args)
+        assert done.returncode == 2 and needle in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
+    assert _cli("report", "sign", str(directory), "--key", str(key)).returncode == 0
+    unchecked = _cli("report", "verify", str(directory))
+    assert unchecked.returncode == 0 and "present but not checked" in unchecked.stdout
+    no_tool = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "sign", str(directory), "--key", str(key)],
+                             capture_output=True, text=True, env={"PATH": str(tmp_path)}, timeout=120)
+    assert no_tool.returncode == 2 and "ssh-keygen not found" in no_tool.stderr
+    (directory / "certificate.json").write_text("{")
+    assert "is not JSON" in _cli("report", "verify", str(directory)).stderr
+    (directory / "certificate.json").unlink()
+    assert "no certificate.json in" in _cli("report", "verify", str(directory)).stderr
+    assert "no certificate.json in" in _cli("report", "sign", str(directory), "--key", str(key)).stderr
+
+
+def test_merge_refuses_shards_mixed_with_other_reports_or_other_splits(mutant_report, tmp_path):
+    parts = _split(mutant_report, tmp_path, 3)
+    _rewrite(parts[0], lambda r: r["run"]["selection"].update(shard="1/3"))
+    _rewrite(parts[1], lambda r: r["run"]["selection"].update(shard="2/2"))
+    with pytest.raises(ReportError, match="not shards"):
+        compare.merge([load(parts[0]), load(parts[2])])
+    with pytest.raises(ReportError, match="different splits"):
+        compare.merge([load(parts[0]), load(parts[1])])
+    with pytest.raises(ReportError, match="nothing to merge"):
+        compare.merge([])
+    (tmp_path / "list" ).mkdir()
+    (tmp_path / "list" / "report.json").write_text("[]")
+    assert "is not a crashproof report" in _cli("report", "render", str(tmp_path / "list")).stderr
