@@ -4,7 +4,8 @@ Each case is an item with an id like `at-single[schedule-link-after-commit-kill-
 `at-single[fault-free]`), so `-k`, `-x`, `--lf`, `--junitxml` and pytest-xdist (`-n`) work as usual. Each
 pytest process (each xdist worker) owns a world of its own, started at its first case. The matrix comes
 from the fault-free census, taken once per run (under xdist by the first worker, kept in CRASHPROOF_HOME for
-the others until the run ends), so every worker collects the same items.
+the others until the run ends), so every worker collects the same items. It runs cases; it writes no report
+and no certificate, and does not hold an implementation to the barriers the reference reaches (certify does).
 """
 
 from __future__ import annotations
