@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import ReportError
 
 SCHEMA_VERSION = 1
 VERDICTS = ("pass", "fail", "error", "not-run")
@@ -26,6 +29,56 @@ def write(report: dict, directory: Path) -> Path:
     path = directory / "report.json"
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return path
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A report as read from its directory: the parsed JSON and the exact bytes (which a certificate hashes)."""
+
+    directory: Path
+    report: dict[str, Any]
+    raw: bytes
+
+
+def load(directory: Path) -> Loaded:
+    """Read DIR/report.json; a missing, unreadable or foreign file is a one-line ReportError."""
+    directory = Path(directory)
+    path = directory / "report.json"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"no report.json in {directory}; run `crashproof certify --report-dir {directory}` "
+                          "first") from None
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        report = json.loads(raw)
+    except ValueError as exc:
+        raise ReportError(f"{path} is not JSON ({exc}); it was cut short or edited") from None
+    if not isinstance(report, dict) or not isinstance(report.get("cases"), list):
+        raise ReportError(f"{path} is not a crashproof report (no list of cases)")
+    if report.get("schema_version") != SCHEMA_VERSION:
+        raise ReportError(f"{path} has schema_version {report.get('schema_version')!r}; this crashproof reads "
+                          f"{SCHEMA_VERSION}")
+    return Loaded(directory, report, raw)
+
+
+def outcome(report: dict) -> tuple[bool, str]:
+    """Whether the run certifies its implementation, and the sentence that says so (or why not)."""
+    s = report.get("summary") or summary(report.get("cases", []))
+    problems = report.get("run", {}).get("problems") or []
+    why = [f"{s.get(k, 0)} {label}" for k, label in (("failed", "failed"), ("error", "error"),
+                                                       ("not_run", "not run")) if s.get(k)]
+    if problems:
+        why.append(f"{len(problems)} run problem{'s' * (len(problems) != 1)}")
+    if report.get("interrupted") or report.get("partial"):
+        stopped = report.get("run", {}).get("stopped_by")
+        why.append("the run stopped early" + (f" ({stopped})" if stopped else "") + ": a partial report")
+    if not s.get("cases"):
+        why.append("no case ran")
+    if why:
+        return False, f"NOT CERTIFIED: {s.get('passed', 0)} of {s.get('cases', 0)} cases passed; " + ", ".join(why)
+    return True, f"CERTIFIED: all {s['cases']} cases passed"
 
 
 def validate(report: dict) -> list[str]:

@@ -29,6 +29,16 @@ if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
     apt_install libfaketime
 fi
 
+# Headless Chromium and its driver: the HTML report's tests and benchmark open the page in a real browser.
+# Certifying needs neither, so where no root can install them this is a warning, not a stop.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+        apt_install chromium chromium-driver
+    else
+        say "warning: no chromium/chromedriver: the HTML report's browser tests cannot run (sudo apt-get install chromium chromium-driver)"
+    fi
+fi
+
 # Python 3.11+ with venv.
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
     || die "Python 3.11 or newer is required (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11"

@@ -29,10 +29,11 @@ from typing import Callable
 
 from barriers import CATALOG, required_of
 from reports import report as reports
+from reports.render import render as render_all
 from scenarios.matrix import expand, matches, patterns, select
 from scenarios.model import Scenario, load_catalog
 
-from . import implementation
+from . import implementation, shard
 from .errors import TestHostError
 from .faults import FAULTS
 from .forkserver import module_command
@@ -129,6 +130,7 @@ class Options:
     docker: bool = False
     launcher: str = "fork-server"
     migrations: Path | None = None  # the implementation's own schema; None: the reference's
+    shard: tuple[int, int] | None = None  # (I, N): run only the I-th of N slices (testhost/shard.py)
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -584,6 +586,7 @@ def certify(options: Options) -> tuple[int, dict]:
                     if options.fail_fast and result["case"]["verdict"] == "fail":
                         raise RunStopped(why=f"--fail-fast: {result['plan'].id} ended fail")
             plans, extra_cases = _requested(plans, wanted, census_hits)
+            plans = shard.select(plans, census_hits, options.shard)
             planned_faulted = True
             pictures = {r["plan"].scenario: r["picture"] for r in census_results}
             random.Random(options.seed).shuffle(plans)
@@ -613,7 +616,11 @@ def certify(options: Options) -> tuple[int, dict]:
             unfinished += [(p, "not run: the run stopped before this case") for p in plans
                            if p.id not in done_ids and p.id not in unfinished_ids]
     not_run = [_not_run_case(p, why) for p, why in unfinished]
-    cases = (stage + [r["case"] for r in census_results] +
+    # A sharded run's fault-free cases (and its schema stage) are reported by shard 1 alone, so the merged
+    # shards equal the unsharded run case for case.
+    first_shard = options.shard is None or options.shard[0] == 1
+    reported_census = [r["case"] for r in census_results] if first_shard else []
+    cases = ((stage if first_shard else []) + reported_census +
              sorted([r["case"] for r in finished] + extra_cases + not_run, key=lambda c: c["id"]))
     for case in cases:
         case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
@@ -638,6 +645,7 @@ def certify(options: Options) -> tuple[int, dict]:
     run = {"started_at": started_at, "duration_s": round(time.monotonic() - started, 2), "seed": options.seed,
            "selection": {"scenario": patterns(options.scenario), "barrier": patterns(options.barrier),
                          "fault": patterns(options.fault), "cases": list(options.cases), "repeat": options.repeat,
+                         "shard": f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
                          "fail_fast": options.fail_fast,
                          "catalog": [str(f) for f in options.catalog] + (["built-in"] if options.with_builtin else [])
                          or ["built-in"]},
@@ -659,6 +667,7 @@ def certify(options: Options) -> tuple[int, dict]:
     report["partial"] = stopped is not None
     report["interrupted"] = stopped is not None and stopped.signum is not None
     path = reports.write(report, report_dir)
+    render_all(report_dir)
     summary = report["summary"]
     done = summary["cases"] - len(not_run)
     if stopped is not None and stopped.signum is not None:

@@ -47,6 +47,7 @@ def cmd_certify(args) -> int:
     from pathlib import Path
 
     from .certify import Options, certify
+    from .shard import parse as parse_shard
     if args.dsn and args.docker:
         raise TestHostError("--dsn and --docker exclude each other; pick one")
     if args.with_builtin and not args.catalog:
@@ -61,7 +62,8 @@ def cmd_certify(args) -> int:
         require_engine()  # a clear error, before any worker starts, where no engine answers
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=jobs,
                       repeat=args.repeat, seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
-                      migrations=Path(args.migrations) if args.migrations else None, **selection)
+                      migrations=Path(args.migrations) if args.migrations else None,
+                      shard=parse_shard(args.shard) if args.shard else None, **selection)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -146,6 +148,37 @@ def cmd_world(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from reports import ReportError, certificate, compare, render, report, text
+    try:
+        if args.action == "render":
+            for path in render.render(Path(args.dir), render.parse_formats(args.format)):
+                print(path)
+        elif args.action == "show":
+            print(text.case_text(text.find(report.load(Path(args.dir)).report, args.case)))
+        elif args.action == "diff":
+            changes = compare.diff(report.load(Path(args.old)), report.load(Path(args.new)))
+            print("\n".join(changes.lines()))
+            return 1 if changes.new_failures else 0
+        elif args.action == "merge":
+            merged = compare.merge([report.load(Path(d)) for d in args.dirs])
+            out = report.write(merged, Path(args.out))
+            render.render(out.parent)
+            s = merged["summary"]
+            print(f"merged {len(args.dirs)} reports: {s['cases']} cases, {s['passed']} passed, {s['failed']} failed, "
+                  f"{s['error']} error, {s['not_run']} not run; report: {out}")
+        elif args.action == "sign":
+            print(certificate.sign(Path(args.dir), Path(args.key)))
+        else:
+            for line in certificate.verify(Path(args.dir), args.allowed_signers, args.signer):
+                print(line)
+    except ReportError as exc:
+        raise TestHostError(str(exc)) from None
+    return 0
+
+
 class _Version(argparse.Action):
     """--version: the package's version and the suite version of the built-in catalog."""
 
@@ -203,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     _catalog_arguments(certify)
     certify.add_argument("--repeat", type=int, default=1, help="run each faulted case N times")
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
+    certify.add_argument("--shard", metavar="I/N", help="run only the I-th of N deterministic slices of the planned "
+                         "cases (one per CI machine); `crashproof report merge` joins the N reports")
     certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
     certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
     certify.add_argument("--launcher", choices=["fork-server", "spawn"], default="fork-server",
@@ -227,6 +262,32 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--all-cases", action="store_true", help="run every case of the matrix for every mutant, "
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
+
+    rep = sub.add_parser("report", help="render, show, compare, merge, sign and verify reports (from report.json)")
+    actions = rep.add_subparsers(dest="action", required=True)
+    rendering = actions.add_parser("render", help="write report.html, report.md, junit.xml and certificate.json "
+                                   "beside DIR/report.json")
+    rendering.add_argument("dir")
+    rendering.add_argument("--format", help="comma-separated: html,md,junit,certificate (default: all)")
+    showing = actions.add_parser("show", help="one case's timeline, checks and evidence in the terminal")
+    showing.add_argument("dir")
+    showing.add_argument("case", help="the case id, as report.md and the HTML show it")
+    diffing = actions.add_parser("diff", help="cases whose verdict changed; exits 1 on a new failure")
+    diffing.add_argument("old")
+    diffing.add_argument("new")
+    merging = actions.add_parser("merge", help="one report (and its renderings) from reports of disjoint selections "
+                                 "of the same suite and implementation")
+    merging.add_argument("out")
+    merging.add_argument("dirs", nargs="+")
+    signing = actions.add_parser("sign", help="sign DIR/certificate.json with an SSH key (ssh-keygen -Y sign)")
+    signing.add_argument("dir")
+    signing.add_argument("--key", required=True, help="SSH private key file")
+    verifying = actions.add_parser("verify", help="check DIR/certificate.json against DIR/report.json (and its "
+                                   "signature, given the allowed signers)")
+    verifying.add_argument("dir")
+    verifying.add_argument("--allowed-signers", help="ssh-keygen allowed-signers file of trusted keys")
+    verifying.add_argument("--signer", help="the principal the signature must be from")
+    rep.set_defaults(run=cmd_report)
 
     listing = sub.add_parser("barriers", help="list the barrier catalog")
     listing.set_defaults(run=cmd_barriers)

@@ -39,3 +39,30 @@ def store(world):
     fresh.create_scope("tenant-a")
     yield fresh
     fresh.drop()
+
+
+def _certify_into(directory, *args: str) -> None:
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--jobs", "2", "--report-dir",
+                           str(directory), *args], capture_output=True, text=True, timeout=600)
+    assert (directory / "report.json").exists(), done.stdout + done.stderr
+
+
+@pytest.fixture(scope="session")
+def mutant_report(tmp_path_factory):
+    """A real run with planted failures: the mutant that moves the cursor in a transaction of its own, at the
+    barrier right after its decision commits, under every fault (its fault-free run passes, the faulted fail)."""
+    import sys
+    directory = tmp_path_factory.mktemp("mutant-report")
+    _certify_into(directory, "--impl", f"{sys.executable} -m mutants cursor-own-transaction", "--scenario",
+                  "at-single", "--barrier", "schedule-decision-after-commit")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def reference_report(tmp_path_factory):
+    """The reference on a slice of the mutant's run: kill at the same barrier (every case passes)."""
+    directory = tmp_path_factory.mktemp("reference-report")
+    _certify_into(directory, "--scenario", "at-single", "--barrier", "schedule-decision-after-commit", "--fault", "kill")
+    return directory

@@ -64,6 +64,8 @@ def test_certify_writes_a_report_with_components_and_versions(home):
     assert report["environment"]["toxiproxy"].startswith("2.12.0")
     assert report["implementation"]["identity"] == "crashproof-reference"
     assert "2 cases: 2 passed" in result.stdout
+    assert sorted(p.name for p in report_dir.iterdir() if p.is_file()) == [
+        "certificate.json", "junit.xml", "report.html", "report.json", "report.md"]
     assert pids_with_cwd_or_arg(str(home)) == []
 
 
@@ -194,3 +196,29 @@ def test_version_and_help_name_versions_and_exit_codes(home):
         for code in ("0    every planned case passed", "2    usage or configuration error", "3    the harness",
                      "130  interrupted by SIGINT, 143 by SIGTERM"):
             assert code in text
+
+
+def test_report_render_writes_the_formats_asked_for_and_refuses_unknown_ones(mutant_report, tmp_path):
+    shutil.copy(mutant_report / "report.json", tmp_path / "report.json")
+    done = subprocess.run(_cli("report", "render", str(tmp_path), "--format", "md,junit"), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "report.json", "report.md"]
+    wrong = subprocess.run(_cli("report", "render", str(tmp_path), "--format", "html,pdf"), capture_output=True,
+                           text=True, timeout=120)
+    assert wrong.returncode == 2
+    assert "no report format named pdf; choose from html, md, junit, certificate" in wrong.stderr
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_report_show_prints_a_cases_timeline_checks_and_evidence(mutant_report):
+    case = "at-single/schedule-decision-after-commit/kill/1"
+    done = subprocess.run(_cli("report", "show", str(mutant_report), case), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"case {case}: fail")
+    assert "fault           kill at schedule-decision-after-commit hit 1" in done.stdout
+    assert "recovery" in done.stdout and "clock moves" in done.stdout
+    assert "FAIL instant-decided-once" in done.stdout and "overlapping_ranges" in done.stdout
+    typo = subprocess.run(_cli("report", "show", str(mutant_report), case[:-1] + "2"), capture_output=True, text=True,
+                          timeout=120)
+    assert typo.returncode == 2 and f"did you mean {case}" in typo.stderr

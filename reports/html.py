@@ -1,0 +1,212 @@
+"""report.html: one self-contained page. The summary, the matrix and the failures are plain HTML (readable
+with JavaScript off); each case's detail is drawn on demand from compact JSON embedded in the page."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from importlib import resources
+
+from . import matrix, timeline
+from .report import Loaded, outcome
+
+# Nothing may leave the page: no fetch, no image, no font, no frame (the page opens from disk, offline).
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
+       "form-action 'none'; base-uri 'none'")
+FAULT_MODEL = {
+    "kill": "kill (SIGKILL of the implementation's process at the barrier)",
+    "disconnect": "disconnect (Toxiproxy cuts the implementation's database connections)",
+    "lost-commit-reply": "lost-commit-reply (the COMMIT reaches PostgreSQL, its reply never comes back)",
+    "db-crash": "db-crash (PostgreSQL is killed and restarted through crash recovery)",
+    "pause": "pause (SIGSTOP past the lease while a second processor takes over, then SIGCONT)",
+}
+FAULT_SHORT = {"kill": "kill", "disconnect": "disc", "lost-commit-reply": "lost", "db-crash": "crash", "pause": "pause"}
+STATIC_EVIDENCE_ROWS = 20
+
+
+def _asset(name: str) -> str:
+    return resources.files("reports").joinpath("assets", name).read_text()
+
+
+def _show(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def fault_model(report: dict) -> str:
+    faults = sorted({c.get("fault") for c in report["cases"] if c.get("fault")})
+    barriers = sorted({c.get("barrier") for c in report["cases"] if c.get("barrier")})
+    scenarios = {matrix.row(c) for c in report["cases"]}
+    described = "; ".join(FAULT_MODEL.get(f, f) for f in faults) or "none (fault-free runs only)"
+    return (f"Each case runs one scenario's timeline through the implementation against a real PostgreSQL behind a "
+            f"real Toxiproxy, with the server clock moved by the harness through libfaketime. A faulted case injects "
+            f"exactly one fault at one hit of one named barrier (a point just before or after a commit of the "
+            f"implementation's transaction), lets the implementation recover, runs it until nothing is due, and "
+            f"judges the durable tables: every check names the sentence of the spec it guards, and a failed check "
+            f"shows the rows that break it. Each scenario also runs once without a fault, as the baseline its "
+            f"faulted cases are compared with. This run: {len(scenarios)} scenarios, {len(barriers)} barriers, "
+            f"faults: {described}.")
+
+
+def _facts(rows: list[tuple[str, str]]) -> str:
+    return "<table class=facts>" + "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _header(report: dict) -> str:
+    ok, sentence = outcome(report)
+    impl, run, env = report.get("implementation", {}), report.get("run", {}), report.get("environment", {})
+    facts = [("implementation", f"<b>{escape(str(impl.get('identity') or '?'))}</b>"),
+             ("command", f"<code>{escape(str(impl.get('command', '?')))}</code>"),
+             ("launcher", escape(str(impl.get("launcher", "?"))))]
+    if impl.get("fallback_note"):
+        facts.append(("fallbacks", escape(impl["fallback_note"])))
+    facts += [("suite version", f"<code>{escape(str(report.get('suite_version', '?')))}</code>"),
+              ("date", escape(str(run.get("started_at", "?")))),
+              ("duration", f"{escape(str(run.get('duration_s', '?')))} s"),
+              ("selection", f"<code>{escape(_show(run.get('selection', {})))}</code>")]
+    environment = [(str(k), escape(_show(v))) for k, v in env.items()]
+    problems = "".join(f"<li>{escape(str(p))}</li>" for p in run.get("problems") or [])
+    s = report.get("summary", {})
+    counts = (f"{s.get('cases', 0)} cases: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
+              f"{s.get('error', 0)} error, {s.get('not_run', 0)} not run")
+    return (f"<h1>crashproof certification report</h1>"
+            f"<div class='verdict {'ok' if ok else 'bad'}' id=verdict>{escape(sentence)}</div>"
+            f"<p>{escape(counts)}</p>"
+            + (f"<h2>Run problems</h2><ul>{problems}</ul>" if problems else "")
+            + _facts(facts)
+            + f"<h2>Fault model</h2><p class=model>{escape(fault_model(report))}</p>"
+            + f"<details><summary>Environment</summary>{_facts(environment)}</details>")
+
+
+def _matrix(m: matrix.Matrix) -> str:
+    groups: list[tuple[str, int]] = []
+    for barrier, _ in m.columns:
+        if groups and groups[-1][0] == barrier:
+            groups[-1] = (barrier, groups[-1][1] + 1)
+        else:
+            groups.append((barrier, 1))
+    top = "".join(f"<th class=barrier colspan={n}>{escape(b)}</th>" for b, n in groups)
+    faults = "".join(f"<th class=fault title='{escape(f)}'>{escape(FAULT_SHORT.get(f, f) or '–')}</th>"
+                     for _, f in m.columns)
+    body = []
+    for r in m.rows:
+        cells = []
+        for col in m.columns:
+            cell = m.cells.get((r, col))
+            if cell is None:
+                cells.append("<td class=none></td>")
+                continue
+            counts = cell.counts
+            bad = counts["fail"] + counts["error"]
+            shown = f"{bad}/{len(cell.cases)}" if bad else str(len(cell.cases))
+            title = f"{r} × {col[0]} {col[1]}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+            cells.append(f"<td class='v-{cell.verdict}'><a href='#cell-{cell.index}' data-cell={cell.index} "
+                         f"title='{escape(title)}'>{shown}</a></td>")
+        body.append(f"<tr><th class=scenario>{escape(r)}</th>{''.join(cells)}</tr>")
+    legend = ("<p class=legend>" + "".join(f"<span class='badge v-{v}'>{v}</span>" for v in matrix.SEVERITY) +
+              " a cell shows its case count, or failed/cases; click a cell for its cases</p>")
+    return (f"<h2>Matrix: scenarios × (barrier, fault)</h2>{legend}<div class=matrix-wrap><table class=matrix>"
+            f"<thead><tr><th rowspan=2>scenario</th>{top}</tr><tr>{faults}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div><div id=detail></div>")
+
+
+def _evidence_table(rows: list) -> str:
+    columns: list[str] = []
+    for row in rows:
+        for key in row if isinstance(row, dict) else ():
+            if key not in columns:
+                columns.append(key)
+    if not columns:
+        return "<table class=evidence><tr><th>value</th></tr>" + "".join(
+            f"<tr><td class=mono>{escape(_show(r))}</td></tr>" for r in rows) + "</table>"
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td class=mono>{escape(_show(r.get(c, '')) if isinstance(r, dict) else '')}</td>"
+                                    for c in columns) + "</tr>" for r in rows)
+    return f"<table class=evidence><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _failures(report: dict) -> str:
+    bad = [c for c in report["cases"] if c.get("verdict") != "pass"]
+    if not bad:
+        return "<h2>Cases that did not pass</h2><p>None.</p>"
+    parts = [f"<h2>Cases that did not pass ({len(bad)})</h2>"]
+    for case in bad:
+        case_id = str(case.get("id"))
+        checks = []
+        for check in case.get("checks", []):
+            if check.get("ok", True):
+                continue
+            evidence = check.get("evidence") or []
+            more = (f"<p class=muted>{len(evidence) - STATIC_EVIDENCE_ROWS} more rows in the case's detail</p>"
+                    if len(evidence) > STATIC_EVIDENCE_ROWS else "")
+            checks.append(f"<p><code>{escape(str(check.get('name')))}</code>: {escape(str(check.get('rule', '')))}</p>"
+                          + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
+        parts.append(f"<section class=case-static id='{escape(matrix.anchor(case_id))}'>"
+                     f"<h3><span class='badge v-{escape(str(case.get('verdict')))}'>{escape(str(case.get('verdict')))}"
+                     f"</span> <a href='#{escape(matrix.anchor(case_id))}' data-case='{escape(case_id)}'>"
+                     f"<code>{escape(case_id)}</code></a></h3><p>{escape(str(case.get('reason', '')))}</p>"
+                     f"{''.join(checks)}</section>")
+    return "".join(parts)
+
+
+class _Strings:
+    def __init__(self):
+        self.index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        return self.index.setdefault(text, len(self.index))
+
+
+def compact(report: dict, m: matrix.Matrix) -> dict:
+    """The page's data: strings interned, passing cases without event details (their evidence is empty)."""
+    strings = _Strings()
+    check_refs: dict[tuple[int, int], int] = {}
+    cases = []
+    position = {id(c): i for i, c in enumerate(report["cases"])}
+    for case in report["cases"]:
+        case_id = str(case.get("id"))
+        checks = []
+        for check in case.get("checks", []):
+            ref = check_refs.setdefault((strings(str(check.get("name"))), strings(str(check.get("rule", "")))),
+                                        len(check_refs))
+            entry = [ref, 1 if check.get("ok", True) else 0, check.get("rows", len(check.get("evidence") or []))]
+            if check.get("evidence"):
+                entry.append(check["evidence"])
+            checks.append(entry)
+        events = []
+        for event in case.get("timeline") or []:
+            row = [round(float(event.get("t", 0)), 3), strings(str(event.get("event", "?"))),
+                   strings(timeline.lane(event)), strings(timeline.label(event))]
+            if event.get("event") == "clock":
+                row.append(float(event.get("shift_s", 0) or 0))
+            events.append(row)
+        entry = {"i": case_id, "a": matrix.anchor(case_id), "v": case.get("verdict"), "r": case.get("reason", ""),
+                 "d": case.get("duration_s"), "k": m.cell_of[case_id], "c": checks, "e": events}
+        if case.get("verdict") != "pass":
+            entry["x"] = [{k: v for k, v in e.items() if k not in ("t", "event")} for e in case.get("timeline") or []]
+        if case.get("logs"):
+            entry["l"] = case["logs"]
+        cases.append(entry)
+    cells = [[cell.row, f"{cell.column[0]} {cell.column[1]}".strip(), [position[id(c)] for c in cell.cases]]
+             for cell in sorted(m.cells.values(), key=lambda c: c.index)]
+    return {"strings": list(strings.index), "checks": [list(k) for k in check_refs], "cells": cells, "cases": cases}
+
+
+def _embed(data: dict) -> str:
+    # Inside <script> only "</" can end the element early; JSON allows "<\/" for it.
+    return json.dumps(data, separators=(",", ":"), default=str, ensure_ascii=False).replace("</", "<\\/")
+
+
+class Html:
+    name, filename = "html", "report.html"
+
+    def render(self, loaded: Loaded) -> str:
+        report = loaded.report
+        m = matrix.build(report["cases"])
+        ok, sentence = outcome(report)
+        return (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+                f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+                f"<meta name=viewport content='width=device-width, initial-scale=1'>"
+                f"<title>crashproof: {escape(sentence)}</title><style>{_asset('report.css')}</style></head><body>"
+                f"{_header(report)}{_matrix(m)}{_failures(report)}"
+                f"<script type='application/json' id=report-data>{_embed(compact(report, m))}</script>"
+                f"<script>{_asset('report.js')}</script></body></html>\n")

@@ -1,0 +1,51 @@
+"""report.md: a pull-request comment with the verdict, counts per fault and per barrier, and each failing case."""
+
+from __future__ import annotations
+
+from . import matrix
+from .report import Loaded, outcome
+
+MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _counts_table(title: str, groups: dict) -> list[str]:
+    lines = [f"| {title} | passed | failed | error | not run |", "|---|---:|---:|---:|---:|"]
+    for key, counts in groups.items():
+        lines.append(f"| {_cell(key)} | {counts['pass']} | {counts['fail']} | {counts['error']} | "
+                     f"{counts['not-run']} |")
+    return lines
+
+
+class Markdown:
+    name, filename = "md", "report.md"
+
+    def render(self, loaded: Loaded, html_name: str = "report.html") -> str:
+        report = loaded.report
+        cases = report["cases"]
+        ok, sentence = outcome(report)
+        impl = report.get("implementation", {})
+        run = report.get("run", {})
+        lines = [f"## crashproof: {'✅' if ok else '❌'} {sentence}", "",
+                 f"`{_cell(impl.get('identity') or '?')}` (`{_cell(impl.get('command', '?'))}`), suite "
+                 f"`{report.get('suite_version', '?')}`, {len(cases)} cases in {run.get('duration_s', '?')} s, "
+                 f"started {run.get('started_at', '?')}", ""]
+        for problem in run.get("problems") or []:
+            lines.append(f"- run problem: {_cell(problem)}")
+        lines += ["", *_counts_table("fault", matrix.counts_by(cases, lambda c: c.get("fault") or "fault-free")), ""]
+        lines += [*_counts_table("barrier", matrix.counts_by(cases, lambda c: c.get("barrier") or "fault-free")), ""]
+        bad = [c for c in cases if c.get("verdict") != "pass"]
+        if bad:
+            lines.append(f"### Cases that did not pass ({len(bad)})")
+            lines.append("")
+            for case in bad[:MAX_LISTED]:
+                check = matrix.first_failed_check(case)
+                why = (f"`{check.get('name')}`: {check.get('rule', '')}" if check else case.get("reason", ""))
+                lines.append(f"- **{case.get('verdict')}** [`{case.get('id')}`]({html_name}#"
+                             f"{matrix.anchor(str(case.get('id')))}): {_cell(why)}")
+            if len(bad) > MAX_LISTED:
+                lines.append(f"- … and {len(bad) - MAX_LISTED} more: see {html_name}")
+        return "\n".join(lines) + "\n"

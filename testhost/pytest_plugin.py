@@ -1,0 +1,173 @@
+"""The crash matrix as pytest items: `pytest --crashproof [--crashproof-impl CMD]`.
+
+Each case is an item with an id like `at-single[schedule-link-after-commit-kill-1]` (the fault-free run is
+`at-single[fault-free]`), so `-k`, `-x`, `--lf`, `--junitxml` and pytest-xdist (`-n`) work as usual. Each
+pytest process (each xdist worker) owns a world of its own, started at its first case. The matrix comes
+from the fault-free census, taken once per run (under xdist by the first worker, kept in CRASHPROOF_HOME for
+the others until the run ends), so every worker collects the same items. It runs cases; it writes no report
+and no certificate, and does not hold an implementation to the barriers the reference reaches (certify does).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .runner import REFERENCE_COMMAND, CasePlan
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("crashproof", "crash-matrix certification")
+    group.addoption("--crashproof", action="store_true", help="collect the crash matrix as test items")
+    group.addoption("--crashproof-impl", default=REFERENCE_COMMAND, help="the implementation's command line")
+    group.addoption("--crashproof-scenario", help="only scenarios matching this glob")
+    group.addoption("--crashproof-barrier", help="only this barrier")
+    group.addoption("--crashproof-fault", help="only this fault")
+
+
+def _item_name(plan: CasePlan) -> str:
+    inner = "fault-free" if plan.fault is None else f"{plan.barrier}-{plan.fault}-{plan.hit}"
+    return f"{plan.scenario}[{inner}{'' if plan.repeat == 1 else f'-{plan.repeat}'}]"
+
+
+def _census_rows(config) -> list[list]:
+    from .certify import Options, census
+    command, scenario, barrier, fault = (config.getoption(o) for o in (
+        "crashproof_impl", "crashproof_scenario", "crashproof_barrier", "crashproof_fault"))
+    plans, _ = census(Options(command=command, scenario=scenario, barrier=barrier, fault=fault))
+    rows = [[s, None, None, None, 1] for s in _scenarios(scenario)]
+    return rows + [[p.scenario, p.barrier, p.fault, p.hit, p.repeat] for p in sorted(plans, key=lambda p: p.id)]
+
+
+def _census_file(config) -> Path | None:
+    """Where the xdist workers of one run share its census (None outside xdist: the census stays in memory)."""
+    run = getattr(config, "workerinput", {}).get("testrunuid")
+    if not run:
+        return None
+    from .workspace import Workspace
+    root = Workspace().root
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"pytest-census-{run}.json"
+
+
+def _planned(config) -> list[CasePlan]:
+    """The fault-free runs and the planned faulted cases, from this run's census (taken afresh each run: the
+    implementation may have changed since the last one)."""
+    path = _census_file(config)
+    if path is None:
+        return [CasePlan(*row) for row in _census_rows(config)]
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first xdist worker takes the census; the others wait and read it
+        if not path.exists():
+            path.write_text(json.dumps(_census_rows(config)))
+    return [CasePlan(*row) for row in json.loads(path.read_text())]
+
+
+def _scenarios(pattern: str | None) -> list[str]:
+    from scenarios.matrix import select
+    from scenarios.model import load_catalog
+    return [s.name for s in select(load_catalog(), pattern)]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k, -m and --lf select among the items
+def pytest_collection_modifyitems(session, config, items):
+    if not config.getoption("crashproof"):
+        return
+    items.extend(CaseItem.from_parent(session, name=_item_name(plan), nodeid=_node_id(plan), plan=plan)
+                 for plan in _planned(config))
+
+
+def _node_id(plan: CasePlan):
+    """The id pytest's cache (--lf) parses back: `::scenario[params]`, the params kept apart from the name."""
+    name = _item_name(plan)
+    try:
+        from _pytest.nodeid import NodeId  # pytest 9.2+: structured ids, compared part by part
+    except ImportError:
+        return "::" + name
+    return NodeId.parse("::" + name)
+
+
+class CaseFailed(Exception):
+    """A case's checks failed: the message lists each failed check, its rule and its first evidence rows."""
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, plan: CasePlan, **kwargs):
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def runtest(self):
+        outcome = _Session.get(self.config).run(self.plan)
+        if outcome.verdict == "not-run":
+            pytest.skip(outcome.reason)
+        if outcome.verdict == "error":
+            raise RuntimeError(f"harness error: {outcome.reason}")
+        if outcome.verdict != "pass":
+            lines = [f"{self.plan.id}: {outcome.reason}"]
+            for check in outcome.checks:
+                data = check.to_json()
+                if not data["ok"]:
+                    lines.append(f"  {data['name']} (rule: {data['rule']})")
+                    lines += [f"    {json.dumps(row, default=str)[:400]}" for row in data["evidence"][:5]]
+            raise CaseFailed("\n".join(lines))
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return Path("crashproof"), None, self.plan.id
+
+
+class _Session:
+    """This process's world and the fault-free pictures its faulted cases are judged against."""
+
+    key = pytest.StashKey["_Session"]()
+
+    def __init__(self, config):
+        self.config = config
+        self.world = None
+        self.pictures: dict[str, dict] = {}
+        self.log_dir = Path(tempfile.mkdtemp(prefix="crashproof-pytest-logs-"))
+        from scenarios.model import load_catalog
+        self.scenarios = {s.name: s for s in load_catalog()}
+
+    @classmethod
+    def get(cls, config) -> "_Session":
+        if cls.key not in config.stash:
+            config.stash[cls.key] = cls(config)
+        return config.stash[cls.key]
+
+    def run(self, plan: CasePlan):
+        from .runner import run_case
+        from .world import World
+        if self.world is None:
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            self.world = World(f"pytest-{worker}", network_optional=True).up()
+        command = self.config.getoption("crashproof_impl")
+        if plan.fault is not None and plan.scenario not in self.pictures:
+            self.run(CasePlan(plan.scenario))
+        outcome = run_case(self.world, self.scenarios[plan.scenario], plan, command, self.log_dir,
+                           self.pictures.get(plan.scenario))
+        if plan.fault is None and outcome.picture is not None:
+            self.pictures[plan.scenario] = outcome.picture
+        return outcome
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Not unconfigure: an xdist worker ends without it.
+    config = session.config
+    own = config.stash.get(_Session.key, None)
+    if own is not None and own.world is not None:
+        own.world.down()
+        own.world = None
+    path = _census_file(config) if config.getoption("crashproof") else None
+    if path is not None:  # every worker collected before any test ran, so none still needs it
+        path.unlink(missing_ok=True)
+        path.with_suffix(".lock").unlink(missing_ok=True)

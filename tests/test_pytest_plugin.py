@@ -1,0 +1,50 @@
+"""`pytest --crashproof`: the matrix as pytest items, under pytest-xdist with --junitxml, -k, -x and --lf."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from junitparser import Failure, JUnitXml
+
+from testhost.workspace import Workspace
+
+pytestmark = pytest.mark.world
+SLICE = ["--crashproof-scenario", "at-single", "--crashproof-barrier", "schedule-link-after-commit"]
+
+
+def _pytest(cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "--crashproof", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_slice_runs_under_xdist_with_junitxml(tmp_path):
+    home = Workspace().root
+    worlds_before = set((home / "worlds").glob("pytest-gw*"))
+    done = _pytest(tmp_path, *SLICE, "-n", "2", "--junitxml", "junit.xml", "-q")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Each worker took down its own world, and the census the workers shared is gone with the run.
+    assert set((home / "worlds").glob("pytest-gw*")) == worlds_before and not list(home.glob("pytest-census-*"))
+    names = sorted(case.name for suite in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for case in suite)
+    assert names == sorted(["at-single[fault-free]", "at-single[schedule-link-after-commit-kill-1]",
+                            "at-single[schedule-link-after-commit-disconnect-1]",
+                            "at-single[schedule-link-after-commit-db-crash-1]",
+                            "at-single[schedule-link-after-commit-pause-1]"])
+    assert "gw0" in done.stdout or "2 workers" in done.stdout or "bringing up nodes" in done.stdout
+    chosen = _pytest(tmp_path, *SLICE, "-k", "kill", "--collect-only", "-q")
+    assert [l for l in chosen.stdout.splitlines() if "[" in l] == ["::at-single[schedule-link-after-commit-kill-1]"]
+
+
+def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
+    mutant = ["--crashproof-impl", f"{sys.executable} -m mutants cursor-own-transaction", "--crashproof-scenario",
+              "at-single", "--crashproof-barrier", "schedule-decision-after-commit", "--crashproof-fault", "kill"]
+    first = _pytest(tmp_path, *mutant, "--junitxml", "junit.xml")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "instant-decided-once (rule: It writes the occurrence disposition" in first.stdout
+    assert "1 failed, 1 passed" in first.stdout
+    failed = [c.name for s in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in s
+              if any(isinstance(r, Failure) for r in c.result)]
+    assert failed == ["at-single[schedule-decision-after-commit-kill-1]"]
+    again = _pytest(tmp_path, *mutant, "--lf", "-x")
+    assert again.returncode == 1 and "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]

@@ -1,0 +1,74 @@
+"""report.html of a run with planted failures, opened in real headless Chromium (Selenium, Debian's chromedriver)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import WebDriverWait
+
+from reports.browser import chromium, requests_made
+from reports.matrix import anchor
+
+pytestmark = pytest.mark.world
+FAILING = "at-single/schedule-decision-after-commit/kill/1"
+
+
+@pytest.fixture
+def page(mutant_report, tmp_path):
+    shutil.copytree(mutant_report, tmp_path / "r")
+    return tmp_path / "r" / "report.html"
+
+
+def test_the_page_shows_the_verdict_and_a_failing_cells_timeline_and_evidence_without_any_request(page, tmp_path):
+    report = json.loads((page.parent / "report.json").read_text())
+    with chromium() as browser:
+        browser.get(page.as_uri())
+        browser.save_screenshot(str(tmp_path / "summary.png"))
+        assert browser.find_element(By.ID, "verdict").text.startswith("NOT CERTIFIED")
+        header = browser.find_element(By.TAG_NAME, "body").text
+        for fact in (report["implementation"]["command"], report["suite_version"], report["run"]["started_at"],
+                     "Fault model", "at-single"):
+            assert fact in header
+        failing = browser.find_elements(By.CSS_SELECTOR, "table.matrix td.v-fail a")
+        passing = browser.find_elements(By.CSS_SELECTOR, "table.matrix td.v-pass a")
+        assert len(failing) == report["summary"]["failed"] and len(passing) == 1  # one case per cell here
+        kill = next(a for a in failing if "kill" in a.get_attribute("title"))
+        assert kill.text == "1/1"
+        kill.click()
+        case = WebDriverWait(browser, 10).until(seen.visibility_of_element_located((By.ID, f"d-{anchor(FAILING)}")))
+        svg = case.find_element(By.CSS_SELECTOR, "svg.timeline")
+        assert svg.find_elements(By.CSS_SELECTOR, "line[stroke='#d0301f']"), "no fault drawn"
+        assert "recovery" in svg.text and "harness" in svg.text and "server clock" in svg.text
+        titles = [t.get_attribute("textContent") for t in svg.find_elements(By.TAG_NAME, "title")]
+        assert any("schedule-decision-after-commit" in t for t in titles)  # the barrier hits are drawn
+        evidence = case.find_elements(By.CSS_SELECTOR, "table.checks tr.failed")
+        names = {row.find_elements(By.TAG_NAME, "td")[1].text for row in evidence}
+        assert "instant-decided-once" in names
+        rows = case.find_elements(By.CSS_SELECTOR, "table.evidence td")
+        assert any("coalesced" in r.text for r in rows)  # the overlapping occurrence rows themselves
+        browser.execute_script("arguments[0].scrollIntoView()", case)
+        browser.save_screenshot(str(tmp_path / "case.png"))
+        assert requests_made(browser) == [page.as_uri()]  # the page itself and nothing else
+        assert browser.get_log("browser") == []  # no script error, no CSP violation
+
+
+def test_a_link_from_report_md_opens_its_case(page):
+    with chromium() as browser:
+        browser.get(page.as_uri() + "#" + anchor(FAILING))
+        case = WebDriverWait(browser, 10).until(seen.visibility_of_element_located((By.ID, f"d-{anchor(FAILING)}")))
+        assert case.get_attribute("open") is not None and case.find_elements(By.CSS_SELECTOR, "svg.timeline")
+
+
+def test_the_summary_and_failures_read_with_javascript_off(page):
+    with chromium(javascript=False) as browser:
+        browser.get(page.as_uri())
+        assert browser.find_element(By.ID, "verdict").text.startswith("NOT CERTIFIED")
+        assert browser.find_elements(By.CSS_SELECTOR, "table.matrix td.v-fail")
+        static = browser.find_element(By.ID, anchor(FAILING))
+        assert "instant-decided-once" in static.text
+        assert static.find_elements(By.CSS_SELECTOR, "table.evidence td")
+        assert browser.find_elements(By.ID, "detail")[0].text == ""  # nothing drawn: the script did not run

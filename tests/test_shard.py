@@ -1,0 +1,73 @@
+"""`certify --shard I/N`: the split is deterministic, disjoint, complete and balanced by cost; the merged shard
+reports equal the unsharded run case for case; merge refuses a missing or a repeated shard."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from testhost.errors import TestHostError
+from testhost.runner import CasePlan
+from testhost.shard import cost, parse, split
+
+CENSUS = {"light": {"b1": 1}, "heavy": {"b1": 9, "b2": 10}, "mid": {"b1": 4, "b2": 3}}
+
+
+def _plans() -> list[CasePlan]:
+    return [CasePlan(s, b, f, h) for s in CENSUS for b in CENSUS[s] for f in ("kill", "pause")
+            for h in range(1, CENSUS[s][b] + 1)]
+
+
+def test_the_split_is_disjoint_complete_deterministic_and_balanced_by_cost():
+    plans = _plans()
+    shards = split(plans, CENSUS, 3)
+    shuffled = plans[:]
+    random.Random(7).shuffle(shuffled)
+    assert split(shuffled, CENSUS, 3) == shards  # the order the plans came in does not matter
+    ids = [p.id for shard in shards for p in shard]
+    assert sorted(ids) == sorted(p.id for p in plans) and len(ids) == len(set(ids))
+    loads = [sum(cost(p, CENSUS) for p in shard) for shard in shards]
+    assert max(loads) - min(loads) <= max(cost(p, CENSUS) for p in plans)
+    counts = [len(shard) for shard in shards]
+    assert len(set(counts)) > 1  # balanced by cost, not by count: the heavy scenario's cases spread thinner
+
+
+def test_a_bad_shard_is_a_one_line_error():
+    assert parse("2/3") == (2, 3)
+    for bad in ("0/3", "4/3", "2", "a/b", "1/0"):
+        with pytest.raises(TestHostError, match="--shard"):
+            parse(bad)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testhost.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.world
+def test_three_merged_shards_equal_the_unsharded_run(tmp_path):
+    selection = ["--scenario", "at-single", "--fault", "kill", "--jobs", "2"]
+    unsharded = _run("certify", *selection, "--report-dir", str(tmp_path / "whole"))
+    assert unsharded.returncode == 0, unsharded.stdout + unsharded.stderr
+    shards = []
+    for index in (1, 2, 3):
+        directory = tmp_path / f"shard{index}"
+        done = _run("certify", *selection, "--shard", f"{index}/3", "--report-dir", str(directory))
+        assert done.returncode == 0, done.stdout + done.stderr
+        shards.append(directory)
+    counts = [json.loads((d / "report.json").read_text())["summary"]["cases"] for d in shards]
+    whole = json.loads((tmp_path / "whole" / "report.json").read_text())
+    assert all(counts) and sum(counts) == whole["summary"]["cases"] >= 6
+    merged = _run("report", "merge", str(tmp_path / "all"), *map(str, shards))
+    assert merged.returncode == 0, merged.stderr
+    result = json.loads((tmp_path / "all" / "report.json").read_text())
+    assert [(c["id"], c["verdict"]) for c in result["cases"]] == [(c["id"], c["verdict"]) for c in whole["cases"]]
+    assert result["summary"] == whole["summary"] and result["suite_version"] == whole["suite_version"]
+    missing = _run("report", "merge", str(tmp_path / "o1"), str(shards[0]), str(shards[2]))
+    assert missing.returncode == 2 and "shard 2/3 missing" in missing.stderr
+    twice = _run("report", "merge", str(tmp_path / "o2"), str(shards[0]), str(shards[1]), str(shards[1]),
+                 str(shards[2]))
+    assert twice.returncode == 2 and "shard 2/3 twice" in twice.stderr
