@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
-# The normative surface (roles, exact grants) is declared once, in barriers/schema.py: the schema stage checks an
-# outside team's schema against the same declaration this validator checks the reference's against.
-from barriers.schema import (COLUMN_GRANTS, DISPATCHER, FUNCTION_GRANTS, OWNER, QUEUE_COLUMNS,  # noqa: F401
-                             RUNTIME, SCHEMA_GRANTS, TABLE_GRANTS)
-
 from .db import Session
 from .sql import query, resource_text
 
+OWNER = "appsurface_durable_owner"
+RUNTIME = "appsurface_durable_runtime"
+DISPATCHER = "appsurface_durable_dispatcher"
 ROLES = (OWNER, RUNTIME, DISPATCHER)
 
+# Exact table-level privileges per (relation, grantee); anything else granted is a finding.
+# History partitions ("schedule_history_YYYYMM") must carry the parent's grants.
+TABLE_GRANTS: dict[str, dict[str, set[str]]] = {
+    "schema_migrations": {RUNTIME: {"SELECT"}},
+    "store_runtime": {RUNTIME: {"SELECT"}},
+    "runtime_versions": {RUNTIME: {"SELECT"}},
+    "scopes": {RUNTIME: {"SELECT"}},
+    "work_items": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_commands": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_definitions": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_generations": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_occurrences": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_dispatch": {RUNTIME: {"SELECT", "INSERT"}},
+    "schedule_dispatch_timing": {RUNTIME: {"SELECT", "INSERT", "UPDATE"}},
+    "schedule_history": {RUNTIME: {"SELECT", "INSERT"}},
+}
+QUEUE_COLUMNS = ("dispatch_id", "schedule_id", "scope_routing_id", "lease_state", "lease_generation",
+                 "dispatch_revision")
+COLUMN_GRANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
+    ("schedule_dispatch", DISPATCHER): {(column, "SELECT") for column in QUEUE_COLUMNS},
+    ("schedule_dispatch", RUNTIME): {("lease_state", "UPDATE"), ("dispatch_revision", "UPDATE")},
+}
+FUNCTION_GRANTS: dict[str, set[str]] = {
+    "claim_schedule_dispatch": {DISPATCHER},
+    "current_scope": {RUNTIME},
+    "set_local_scope": {RUNTIME},
+    "current_scope_routing_id": {RUNTIME},
+    "scope_for_routing_id": {RUNTIME},
+    "locked_scope_fences": {RUNTIME},
+}
 # The guards the database enforces for every role, by table (history partitions carry the parent's):
 # enabled triggers with these names must exist, or history and the cursor are forgeable.
 GUARD_TRIGGERS: dict[str, set[str]] = {
@@ -21,6 +49,7 @@ GUARD_TRIGGERS: dict[str, set[str]] = {
     "schedule_history": {"history_is_an_audit_trail"},
 }
 SECURITY_DEFINERS = {"claim_schedule_dispatch", "scope_for_routing_id", "locked_scope_fences"}
+SCHEMA_GRANTS = {(RUNTIME, "USAGE"), (DISPATCHER, "USAGE")}
 SCOPED_BY_SCOPE_ID = {"scopes", "work_items", "schedule_commands", "schedule_definitions", "schedule_generations",
                       "schedule_occurrences", "schedule_dispatch_timing", "schedule_history"}
 SCOPE_POLICY = ("scope_id = appsurface_durable.current_scope()",) * 2
