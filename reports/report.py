@@ -19,6 +19,27 @@ def summary(cases: list[dict]) -> dict[str, int]:
             "not_run": counts["not-run"]}
 
 
+def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
+    """The certificate's sentence on what the harness's fallbacks did instead of the implementation."""
+    if not fallback_cases:
+        return ""
+    note = ("steps the implementation does not offer ran through the reference client or Work store over the "
+            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
+    if fallback_barriers:
+        note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
+                 "required of the implementation nor planned as its cases")
+    return note
+
+
+def fallbacks(cases: list[dict], fallback_barriers: list[str]) -> dict:
+    """The implementation's fallback fields as the cases say: which operations fell back, in which cases, and
+    the certificate's sentence on it."""
+    used = sorted({f for c in cases for f in c.get("fallbacks", [])})
+    fallback_cases = {op: sorted(str(c["id"]) for c in cases if op in c.get("fallbacks", [])) for op in used}
+    return {"fallbacks": used, "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
+            "fallback_note": fallback_note(fallback_cases, fallback_barriers)}
+
+
 def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version, "implementation": implementation,
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}

@@ -473,18 +473,6 @@ def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> N
         case["verdict"], case["reason"] = "fail", "barrier-coverage"
 
 
-def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
-    """The certificate's sentence on what the harness's fallbacks did instead of the implementation."""
-    if not fallback_cases:
-        return ""
-    note = ("steps the implementation does not offer ran through the reference client or Work store over the "
-            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
-    if fallback_barriers:
-        note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
-                 "required of the implementation nor planned as its cases")
-    return note
-
-
 def census(options: Options):
     """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
     scenarios, _ = _validate(options)
@@ -635,8 +623,6 @@ def certify(options: Options) -> tuple[int, dict]:
             if barrier.name not in reached:
                 run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
     identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
-    fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
-    fallback_cases = {op: sorted(c["id"] for c in cases if op in c.get("fallbacks", [])) for op in fallbacks}
     fallback_barriers = sorted(b.name for b in CATALOG if offered is not None and b.name not in required_of(offered))
     # What actually started the implementation (a fork server that failed falls back to spawning).
     launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"]
@@ -660,9 +646,7 @@ def certify(options: Options) -> tuple[int, dict]:
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
                         "identity": identity, "launcher": launched,
-                        "operations": sorted(offered or []), "fallbacks": fallbacks,
-                        "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
-                        "fallback_note": fallback_note(fallback_cases, fallback_barriers)},
+                        "operations": sorted(offered or []), **reports.fallbacks(cases, fallback_barriers)},
         environment=environment, run=run, cases=cases)
     report["partial"] = stopped is not None
     report["interrupted"] = stopped is not None and stopped.signum is not None

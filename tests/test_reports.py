@@ -148,7 +148,13 @@ def _split(source: Path, tmp_path: Path, parts: int) -> list[Path]:
         part = dict(report, cases=report["cases"][i::parts])
         part["summary"] = summary(part["cases"])
         dirs.append(write(part, tmp_path / f"part{i}").parent)
+        if (source / "logs").exists():  # each part keeps its cases' logs beside it, as a shard does
+            shutil.copytree(source / "logs", dirs[-1] / "logs", dirs_exist_ok=True)
     return dirs
+
+
+def _without_logs(cases: list[dict]) -> list[dict]:
+    return [{k: v for k, v in case.items() if k != "logs"} for case in cases]
 
 
 def test_merge_of_disjoint_reports_is_their_union(mutant_report, tmp_path):
@@ -158,10 +164,39 @@ def test_merge_of_disjoint_reports_is_their_union(mutant_report, tmp_path):
     assert merged.returncode == 0, merged.stderr
     whole = json.loads((mutant_report / "report.json").read_text())
     result = json.loads((out / "report.json").read_text())
-    assert result["cases"] == whole["cases"] and result["summary"] == whole["summary"]
+    assert _without_logs(result["cases"]) == _without_logs(whole["cases"]) and result["summary"] == whole["summary"]
     assert result["suite_version"] == whole["suite_version"] and len(result["run"]["merged_from"]) == 3
     for name in ("report.html", "report.md", "junit.xml", "certificate.json"):
         assert (out / name).exists()
+
+
+def test_merged_log_links_lead_to_each_parts_logs(mutant_report, tmp_path):
+    parts = _split(mutant_report, tmp_path / "parts", 2)
+    out = tmp_path / "elsewhere" / "merged"
+    assert _cli("report", "merge", str(out), *map(str, parts)).returncode == 0
+    result = json.loads((out / "report.json").read_text())
+    links = [(case["id"], path) for case in result["cases"] for path in case["logs"].values()]
+    assert links
+    for case_id, path in links:
+        assert (out / path).is_file(), f"{case_id}: {path} does not lead to a file from {out}"
+        assert (out / path).resolve().is_relative_to(tmp_path / "parts")
+
+
+def test_a_merged_certificate_counts_the_fallbacks_of_every_part(mutant_report, tmp_path):
+    from reports.report import fallbacks
+    parts = _split(mutant_report, tmp_path, 2)
+    for part, operation in zip(parts, ("create", "update")):
+        def planted(report, operation=operation):
+            for case in report["cases"]:
+                case["fallbacks"] = [operation]
+            report["implementation"].update(fallbacks(report["cases"], ["create-after-insert"]))
+        _rewrite(part, planted)
+    merged = compare.merge([load(p) for p in parts])
+    counts = {p: len(json.loads((p / "report.json").read_text())["cases"]) for p in parts}
+    assert merged["implementation"]["fallbacks"] == ["create", "update"]
+    assert len(merged["implementation"]["fallback_cases"]["update"]) == counts[parts[1]]
+    assert f"create (in {counts[parts[0]]} cases), update (in {counts[parts[1]]} cases)" in \
+        merged["implementation"]["fallback_note"]
 
 
 def test_merge_refuses_duplicated_cases_other_implementations_and_suites(mutant_report, reference_report, tmp_path):
@@ -257,3 +292,4 @@ def test_merge_refuses_shards_mixed_with_other_reports_or_other_splits(mutant_re
     (tmp_path / "list" ).mkdir()
     (tmp_path / "list" / "report.json").write_text("[]")
     assert "is not a crashproof report" in _cli("report", "render", str(tmp_path / "list")).stderr
+
