@@ -88,6 +88,8 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
     _same(loaded, "implementations", lambda r: (r.get("implementation", {}).get("command"),
                                                 r.get("implementation", {}).get("identity")))
     shards = _shards(loaded)
+    _same(loaded, "migrations (the schema certified)",
+          lambda r: r.get("implementation", {}).get("migrations_sha256"))
     owner: dict[str, object] = {}
     for item in loaded:
         for case in item.report["cases"]:

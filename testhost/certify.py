@@ -535,9 +535,11 @@ def certify(options: Options) -> tuple[int, dict]:
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios, wanted = _validate(options)
     preflight(options)
+    migrations_sha256 = None
     if options.migrations is not None:
-        from .schema_stage import check_directory
+        from .schema_stage import check_directory, migrations_digest
         check_directory(options.migrations)  # a one-line error before any worker starts
+        migrations_sha256 = migrations_digest(options.migrations)
     if options.dsn:
         from .world import ExternalWorld
         ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
@@ -645,6 +647,7 @@ def certify(options: Options) -> tuple[int, dict]:
     report = reports.build(
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
+                        "migrations_sha256": migrations_sha256,
                         "identity": identity, "launcher": launched,
                         "operations": sorted(offered or []), **reports.fallbacks(cases, fallback_barriers)},
         environment=environment, run=run, cases=cases)

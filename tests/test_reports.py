@@ -293,3 +293,13 @@ def test_merge_refuses_shards_mixed_with_other_reports_or_other_splits(mutant_re
     (tmp_path / "list" / "report.json").write_text("[]")
     assert "is not a crashproof report" in _cli("report", "render", str(tmp_path / "list")).stderr
 
+
+def test_the_certificate_names_the_schema_and_merge_refuses_other_migrations(reference_report, tmp_path):
+    parts = _split(reference_report, tmp_path, 2)
+    for part, digest in zip(parts, ("a" * 64, "b" * 64)):
+        _rewrite(part, lambda r, digest=digest: r["implementation"].update(migrations="/m", migrations_sha256=digest))
+    stated = certificate.statement(load(parts[0]))["implementation"]
+    assert stated["migrations"] == "/m" and stated["migrations_sha256"] == "a" * 64
+    with pytest.raises(ReportError, match="different migrations") as refused:
+        compare.merge([load(p) for p in parts])
+    assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
