@@ -116,7 +116,8 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
            "duration_s": round(max(e for _, e in spans).timestamp() - min(s for s, _ in spans).timestamp(), 2)
            if spans else None,
            "seed": first.get("run", {}).get("seed"),
-           **({"selection": dict(first.get("run", {}).get("selection") or {}, shard=None)} if shards else {}),
+           "selection": dict(first.get("run", {}).get("selection") or {}, shard=None) if shards else
+           {"merged": f"merged from {len(loaded)} reports that are not the shards of one run"},
            "skipped": _union(item.report.get("run", {}).get("skipped") or [] for item in loaded),
            "problems": _union(item.report.get("run", {}).get("problems") or [] for item in loaded),
            "merged_from": [{"directory": str(item.directory),

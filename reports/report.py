@@ -99,7 +99,27 @@ def outcome(report: dict) -> tuple[bool, str]:
         why.append("no case ran")
     if why:
         return False, f"NOT CERTIFIED: {s.get('passed', 0)} of {s.get('cases', 0)} cases passed; " + ", ".join(why)
+    narrowed = narrowing(report.get("run", {}).get("selection"))
+    if narrowed:
+        return False, (f"PASSED (a selection: {'; '.join(narrowed)}): all {s['cases']} cases passed; "
+                       "not a certification")
     return True, f"CERTIFIED: all {s['cases']} cases passed"
+
+
+def narrowing(selection: dict | None) -> list[str]:
+    """What keeps a run from being the whole matrix of its catalog (a filter, named cases, one shard of several,
+    a merge of reports that are not one run's shards); empty: the whole matrix."""
+    if selection is None:
+        return ["the report records no selection"]
+    found = [f"--{key} {','.join(map(str, selection[key]))}" for key in ("scenario", "barrier", "fault")
+             if selection.get(key)]
+    if selection.get("cases"):
+        found.append(f"{len(selection['cases'])} named case{'s' * (len(selection['cases']) != 1)}")
+    if selection.get("shard"):
+        found.append(f"shard {selection['shard']}")
+    if selection.get("merged"):
+        found.append(str(selection["merged"]))
+    return found
 
 
 def validate(report: dict) -> list[str]:

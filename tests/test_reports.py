@@ -14,7 +14,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from reports import ReportError, certificate, compare, render
 from reports.junit import case_name
-from reports.report import load, summary, write
+from reports.report import load, outcome, summary, write
 
 pytestmark = pytest.mark.world
 
@@ -119,7 +119,7 @@ def test_a_signed_certificate_verifies_and_a_changed_one_does_not(reference_repo
     assert signed.returncode == 0, signed.stderr
     good = _cli("report", "verify", str(directory), "--allowed-signers", str(signers), "--signer", "auditor@example")
     assert good.returncode == 0, good.stderr
-    assert "CERTIFIED: all" in good.stdout and "Good" in good.stdout
+    assert "PASSED (a selection: " in good.stdout and "Good" in good.stdout
     wrong_signer = _cli("report", "verify", str(directory), "--allowed-signers", str(signers), "--signer", "mallory")
     assert wrong_signer.returncode == 2 and "does not verify for mallory" in wrong_signer.stderr
     path = directory / "certificate.json"
@@ -303,3 +303,34 @@ def test_the_certificate_names_the_schema_and_merge_refuses_other_migrations(ref
     with pytest.raises(ReportError, match="different migrations") as refused:
         compare.merge([load(p) for p in parts])
     assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
+
+
+WHOLE = {"scenario": None, "barrier": None, "fault": None, "cases": [], "shard": None}
+
+
+def _as_shards(parts: list[Path], digest: str = "d" * 64) -> None:
+    for index, part in enumerate(parts, 1):
+        _rewrite(part, lambda r, index=index: r["run"]["selection"].update(
+            WHOLE, shard=f"{index}/{len(parts)}", plan_count=9, plan_digest=digest))
+
+
+def test_only_a_run_of_the_whole_matrix_is_certified(reference_report, tmp_path):
+    certified, verdict = outcome(load(reference_report).report)
+    assert not certified and verdict.startswith("PASSED (a selection: --scenario at-single; --barrier "
+                                                "schedule-decision-after-commit; --fault kill)")
+    assert verdict.endswith("not a certification")
+    directory = _copy(reference_report, tmp_path / "whole")
+    _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE))
+    assert outcome(load(directory).report) == (True, f"CERTIFIED: all {len(load(directory).report['cases'])} "
+                                                     "cases passed")
+    for narrowed, named in (({"shard": "2/3"}, "shard 2/3"), ({"cases": ["at-single"]}, "1 named case")):
+        _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE, **narrowed))
+        certified, verdict = outcome(load(directory).report)
+        assert not certified and named in verdict, verdict
+    parts = _split(directory, tmp_path, 2)
+    _as_shards(parts)
+    merged = compare.merge([load(p) for p in parts])
+    assert outcome(merged)[0] and merged["run"]["selection"]["shard"] is None
+    plain = compare.merge([load(p) for p in _split(directory, tmp_path / "plain", 2)])
+    assert not outcome(plain)[0] and "not the shards of one run" in outcome(plain)[1]
+
