@@ -81,15 +81,19 @@ def _relocated(case: dict, part: Path, out: Path | None) -> dict:
 
 def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
     """One report of the union of the cases of reports of disjoint selections of the same suite and
-    implementation; refuses anything else."""
+    implementation; refuses anything else. With `out` (the folder the merged report goes to), each case's log
+    paths are rewritten to stay valid from there."""
     if not loaded:
         raise ReportError("nothing to merge: name the report directories")
     _same(loaded, "suite versions", lambda r: r.get("suite_version"))
     _same(loaded, "implementations", lambda r: (r.get("implementation", {}).get("command"),
                                                 r.get("implementation", {}).get("identity")))
-    shards = _shards(loaded)
     _same(loaded, "migrations (the schema certified)",
           lambda r: r.get("implementation", {}).get("migrations_sha256"))
+    shards = _shards(loaded)
+    if shards:
+        _same(loaded, "plans (the shards planned different matrices, so their union may miss a case)",
+              lambda r: {k: (r.get("run", {}).get("selection") or {}).get(k) for k in ("plan_count", "plan_digest")})
     owner: dict[str, object] = {}
     for item in loaded:
         for case in item.report["cases"]:

@@ -15,6 +15,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 from reports import ReportError, certificate, compare, render
 from reports.junit import case_name
 from reports.report import load, outcome, summary, write
+from testhost.certify import exit_code
 
 pytestmark = pytest.mark.world
 
@@ -333,4 +334,24 @@ def test_only_a_run_of_the_whole_matrix_is_certified(reference_report, tmp_path)
     assert outcome(merged)[0] and merged["run"]["selection"]["shard"] is None
     plain = compare.merge([load(p) for p in _split(directory, tmp_path / "plain", 2)])
     assert not outcome(plain)[0] and "not the shards of one run" in outcome(plain)[1]
+
+
+def test_an_empty_slice_passes_and_is_not_a_run_where_no_case_ran(reference_report, tmp_path):
+    directory = _copy(reference_report, tmp_path / "empty")
+    report = _rewrite(directory, lambda r: (r.update(cases=[]), r["run"]["selection"].update(shard="3/3")))
+    assert "no case ran" in outcome(report)[1]
+    report = _rewrite(directory, lambda r: r["run"].update(empty_slice=True))
+    assert "no case ran" not in outcome(report)[1] and "NOT CERTIFIED" not in outcome(report)[1]
+    assert exit_code([], [], empty_slice=True) == 0 and exit_code([], []) == 1
+    assert exit_code([], ["barrier x is never reached"], empty_slice=True) == 1
+
+
+def test_merge_refuses_shards_that_planned_different_matrices(reference_report, tmp_path):
+    parts = _split(reference_report, tmp_path, 2)
+    _as_shards(parts)
+    _rewrite(parts[1], lambda r: r["run"]["selection"].update(plan_count=8, plan_digest="e" * 64))
+    with pytest.raises(ReportError, match="different plans") as refused:
+        compare.merge([load(p) for p in parts])
+    assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
+    assert "d" * 64 in str(refused.value) and "e" * 64 in str(refused.value)
 
