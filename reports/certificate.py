@@ -26,8 +26,9 @@ def statement(loaded: Loaded) -> dict:
     impl = report.get("implementation", {})
     return {"certificate_version": CERTIFICATE_VERSION, "certified": certified, "verdict": verdict,
             "suite_version": report.get("suite_version"),
-            "implementation": {k: impl.get(k) for k in ("identity", "command", "launcher", "fallbacks",
-                                                         "fallback_note") if k in impl},
+            "implementation": {k: impl.get(k) for k in ("identity", "command", "launcher", "migrations",
+                                                         "migrations_sha256", "fallbacks", "fallback_note")
+                               if k in impl},
             "environment": report.get("environment"), "summary": report.get("summary"),
             "run_date": run.get("started_at"), "duration_s": run.get("duration_s"),
             "selection": run.get("selection"), "report": "report.json",

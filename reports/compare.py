@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from . import ReportError
 from .matrix import BAD
-from .report import Loaded, build
+from .report import Loaded, build, fallbacks
 
 
 @dataclass
@@ -69,15 +71,29 @@ def _ends(report: dict) -> tuple[datetime, datetime] | None:
         return None
 
 
-def merge(loaded: list[Loaded]) -> dict:
+def _relocated(case: dict, part: Path, out: Path | None) -> dict:
+    """The case with its log paths relative to the merged report's folder instead of its part's."""
+    if out is None or not case.get("logs"):
+        return case
+    return {**case, "logs": {label: os.path.relpath(Path(part).absolute() / path, Path(out).absolute())
+                             for label, path in case["logs"].items()}}
+
+
+def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
     """One report of the union of the cases of reports of disjoint selections of the same suite and
-    implementation; refuses anything else."""
+    implementation; refuses anything else. With `out` (the folder the merged report goes to), each case's log
+    paths are rewritten to stay valid from there."""
     if not loaded:
         raise ReportError("nothing to merge: name the report directories")
     _same(loaded, "suite versions", lambda r: r.get("suite_version"))
     _same(loaded, "implementations", lambda r: (r.get("implementation", {}).get("command"),
                                                 r.get("implementation", {}).get("identity")))
+    _same(loaded, "migrations (the schema certified)",
+          lambda r: r.get("implementation", {}).get("migrations_sha256"))
     shards = _shards(loaded)
+    if shards:
+        _same(loaded, "plans (the shards planned different matrices, so their union may miss a case)",
+              lambda r: {k: (r.get("run", {}).get("selection") or {}).get(k) for k in ("plan_count", "plan_digest")})
     owner: dict[str, object] = {}
     for item in loaded:
         for case in item.report["cases"]:
@@ -86,14 +102,15 @@ def merge(loaded: list[Loaded]) -> dict:
                 raise ReportError(f"case {case_id} is in both {owner[case_id]} and {item.directory}: merge reports "
                                   "of disjoint selections")
             owner[case_id] = item.directory
-    cases = [c for item in loaded for c in item.report["cases"]]
+    cases = [_relocated(c, item.directory, out) for item in loaded for c in item.report["cases"]]
     # As certify orders them: the fault-free runs first, then the faulted cases by id.
     cases = [c for c in cases if c.get("fault") is None] + sorted((c for c in cases if c.get("fault") is not None),
                                                                   key=lambda c: str(c.get("id")))
     first = loaded[0].report
     implementation = dict(first.get("implementation", {}))
-    implementation["fallbacks"] = sorted({f for item in loaded for f in
-                                          item.report.get("implementation", {}).get("fallbacks") or []})
+    barriers = sorted({b for item in loaded for b in item.report.get("implementation", {}).get("fallback_barriers")
+                       or []})
+    implementation.update(fallbacks(cases, barriers))
     launchers = {p.strip() for item in loaded for p in
                  str(item.report.get("implementation", {}).get("launcher") or "").split(",") if p.strip()}
     if launchers:
@@ -103,7 +120,8 @@ def merge(loaded: list[Loaded]) -> dict:
            "duration_s": round(max(e for _, e in spans).timestamp() - min(s for s, _ in spans).timestamp(), 2)
            if spans else None,
            "seed": first.get("run", {}).get("seed"),
-           **({"selection": dict(first.get("run", {}).get("selection") or {}, shard=None)} if shards else {}),
+           "selection": dict(first.get("run", {}).get("selection") or {}, shard=None) if shards else
+           {"merged": f"merged from {len(loaded)} reports that are not the shards of one run"},
            "skipped": _union(item.report.get("run", {}).get("skipped") or [] for item in loaded),
            "problems": _union(item.report.get("run", {}).get("problems") or [] for item in loaded),
            "merged_from": [{"directory": str(item.directory),

@@ -19,6 +19,27 @@ def summary(cases: list[dict]) -> dict[str, int]:
             "not_run": counts["not-run"]}
 
 
+def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
+    """The certificate's sentence on what the harness's fallbacks did instead of the implementation."""
+    if not fallback_cases:
+        return ""
+    note = ("steps the implementation does not offer ran through the reference client or Work store over the "
+            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
+    if fallback_barriers:
+        note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
+                 "required of the implementation nor planned as its cases")
+    return note
+
+
+def fallbacks(cases: list[dict], fallback_barriers: list[str]) -> dict:
+    """The implementation's fallback fields as the cases say: which operations fell back, in which cases, and
+    the certificate's sentence on it."""
+    used = sorted({f for c in cases for f in c.get("fallbacks", [])})
+    fallback_cases = {op: sorted(str(c["id"]) for c in cases if op in c.get("fallbacks", [])) for op in used}
+    return {"fallbacks": used, "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
+            "fallback_note": fallback_note(fallback_cases, fallback_barriers)}
+
+
 def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version, "implementation": implementation,
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}
@@ -74,11 +95,32 @@ def outcome(report: dict) -> tuple[bool, str]:
     if report.get("interrupted") or report.get("partial"):
         stopped = report.get("run", {}).get("stopped_by")
         why.append("the run stopped early" + (f" ({stopped})" if stopped else "") + ": a partial report")
-    if not s.get("cases"):
+    empty_slice = report.get("run", {}).get("empty_slice")
+    if not s.get("cases") and not empty_slice:
         why.append("no case ran")
     if why:
         return False, f"NOT CERTIFIED: {s.get('passed', 0)} of {s.get('cases', 0)} cases passed; " + ", ".join(why)
+    narrowed = narrowing(report.get("run", {}).get("selection"))
+    if narrowed:
+        return False, (f"PASSED (a selection: {'; '.join(narrowed)}): all {s['cases']} cases passed; "
+                       "not a certification")
     return True, f"CERTIFIED: all {s['cases']} cases passed"
+
+
+def narrowing(selection: dict | None) -> list[str]:
+    """What keeps a run from being the whole matrix of its catalog (a filter, named cases, one shard of several,
+    a merge of reports that are not one run's shards); empty: the whole matrix."""
+    if selection is None:
+        return ["the report records no selection"]
+    found = [f"--{key} {','.join(map(str, selection[key]))}" for key in ("scenario", "barrier", "fault")
+             if selection.get(key)]
+    if selection.get("cases"):
+        found.append(f"{len(selection['cases'])} named case{'s' * (len(selection['cases']) != 1)}")
+    if selection.get("shard"):
+        found.append(f"shard {selection['shard']}")
+    if selection.get("merged"):
+        found.append(str(selection["merged"]))
+    return found
 
 
 def validate(report: dict) -> list[str]:

@@ -473,18 +473,6 @@ def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> N
         case["verdict"], case["reason"] = "fail", "barrier-coverage"
 
 
-def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
-    """The certificate's sentence on what the harness's fallbacks did instead of the implementation."""
-    if not fallback_cases:
-        return ""
-    note = ("steps the implementation does not offer ran through the reference client or Work store over the "
-            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
-    if fallback_barriers:
-        note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
-                 "required of the implementation nor planned as its cases")
-    return note
-
-
 def census(options: Options):
     """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
     scenarios, _ = _validate(options)
@@ -530,14 +518,15 @@ def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict)
     return chosen, missing
 
 
-def exit_code(cases: list[dict], run_problems: list[str]) -> int:
-    """0 every case passed; 1 the implementation failed (a check, the protocol, a case not run); 3 only the
-    harness failed (errors caused by the harness, every other case passed)."""
-    if cases and not run_problems and all(c["verdict"] == "pass" for c in cases):
+def exit_code(cases: list[dict], run_problems: list[str], empty_slice: bool = False) -> int:
+    """0 every case passed (or a shard's slice was empty by construction); 1 the implementation failed (a check,
+    the protocol, a case not run); 3 only the harness failed (errors caused by the harness, every other case
+    passed)."""
+    if (cases or empty_slice) and not run_problems and all(c["verdict"] == "pass" for c in cases):
         return 0
     by_implementation = [c for c in cases if c["verdict"] in ("fail", "not-run") or
                          (c["verdict"] == "error" and c.get("cause") == "implementation")]
-    if by_implementation or run_problems or not cases:
+    if by_implementation or run_problems or not (cases or empty_slice):
         return 1
     return 3
 
@@ -547,9 +536,11 @@ def certify(options: Options) -> tuple[int, dict]:
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios, wanted = _validate(options)
     preflight(options)
+    migrations_sha256 = None
     if options.migrations is not None:
-        from .schema_stage import check_directory
+        from .schema_stage import check_directory, migrations_digest
         check_directory(options.migrations)  # a one-line error before any worker starts
+        migrations_sha256 = migrations_digest(options.migrations)
     if options.dsn:
         from .world import ExternalWorld
         ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
@@ -567,6 +558,8 @@ def certify(options: Options) -> tuple[int, dict]:
     environment: dict = {"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()}
     stopped: RunStopped | None = None
     planned_faulted = False
+    planned: dict = {}  # the whole plan's count and digest, before this shard's slice
+    empty_slice = False
     with StopSignals() as signals:
         signals.armed = True
         pool = None
@@ -586,7 +579,10 @@ def certify(options: Options) -> tuple[int, dict]:
                     if options.fail_fast and result["case"]["verdict"] == "fail":
                         raise RunStopped(why=f"--fail-fast: {result['plan'].id} ended fail")
             plans, extra_cases = _requested(plans, wanted, census_hits)
+            planned = shard.plan_digest([s.name for s in scenarios] + [p.id for p in plans] +
+                                        [c["id"] for c in extra_cases])
             plans = shard.select(plans, census_hits, options.shard)
+            empty_slice = options.shard is not None and not plans
             planned_faulted = True
             pictures = {r["plan"].scenario: r["picture"] for r in census_results}
             random.Random(options.seed).shuffle(plans)
@@ -615,10 +611,11 @@ def certify(options: Options) -> tuple[int, dict]:
         elif planned_faulted:
             unfinished += [(p, "not run: the run stopped before this case") for p in plans
                            if p.id not in done_ids and p.id not in unfinished_ids]
-    not_run = [_not_run_case(p, why) for p, why in unfinished]
-    # A sharded run's fault-free cases (and its schema stage) are reported by shard 1 alone, so the merged
-    # shards equal the unsharded run case for case.
+    # A sharded run's fault-free cases (done or not), its schema stage and its requested cases not in the matrix
+    # are reported by shard 1 alone, so the merged shards equal the unsharded run case for case.
     first_shard = options.shard is None or options.shard[0] == 1
+    not_run = [_not_run_case(p, why) for p, why in unfinished if first_shard or p.fault is not None]
+    extra_cases = extra_cases if first_shard else []
     reported_census = [r["case"] for r in census_results] if first_shard else []
     cases = ((stage if first_shard else []) + reported_census +
              sorted([r["case"] for r in finished] + extra_cases + not_run, key=lambda c: c["id"]))
@@ -635,8 +632,6 @@ def certify(options: Options) -> tuple[int, dict]:
             if barrier.name not in reached:
                 run_problems.append(f"barrier {barrier.name} is never reached by any scenario")
     identity = next((r["implementation"] for r in census_results if r.get("implementation")), "")
-    fallbacks = sorted({f for c in cases for f in c.get("fallbacks", [])})
-    fallback_cases = {op: sorted(c["id"] for c in cases if op in c.get("fallbacks", [])) for op in fallbacks}
     fallback_barriers = sorted(b.name for b in CATALOG if offered is not None and b.name not in required_of(offered))
     # What actually started the implementation (a fork server that failed falls back to spawning).
     launched = ", ".join(sorted({e["launcher"] for c in cases for e in c["timeline"]
@@ -646,9 +641,11 @@ def certify(options: Options) -> tuple[int, dict]:
            "selection": {"scenario": patterns(options.scenario), "barrier": patterns(options.barrier),
                          "fault": patterns(options.fault), "cases": list(options.cases), "repeat": options.repeat,
                          "shard": f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
+                         **planned,
                          "fail_fast": options.fail_fast,
                          "catalog": [str(f) for f in options.catalog] + (["built-in"] if options.with_builtin else [])
                          or ["built-in"]},
+           **({"empty_slice": True} if empty_slice else {}),
            "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": os.path.relpath(log_dir,
                                                                                                          report_dir)}
     if stopped is not None:
@@ -659,10 +656,9 @@ def certify(options: Options) -> tuple[int, dict]:
     report = reports.build(
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
+                        "migrations_sha256": migrations_sha256,
                         "identity": identity, "launcher": launched,
-                        "operations": sorted(offered or []), "fallbacks": fallbacks,
-                        "fallback_cases": fallback_cases, "fallback_barriers": fallback_barriers,
-                        "fallback_note": fallback_note(fallback_cases, fallback_barriers)},
+                        "operations": sorted(offered or []), **reports.fallbacks(cases, fallback_barriers)},
         environment=environment, run=run, cases=cases)
     report["partial"] = stopped is not None
     report["interrupted"] = stopped is not None and stopped.signum is not None
@@ -689,4 +685,4 @@ def certify(options: Options) -> tuple[int, dict]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
     if stopped is not None and stopped.signum is not None:
         return 128 + stopped.signum, report
-    return exit_code(cases, run_problems), report
+    return exit_code(cases, run_problems, empty_slice), report

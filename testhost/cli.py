@@ -163,7 +163,7 @@ def cmd_report(args) -> int:
             print("\n".join(changes.lines()))
             return 1 if changes.new_failures else 0
         elif args.action == "merge":
-            merged = compare.merge([report.load(Path(d)) for d in args.dirs])
+            merged = compare.merge([report.load(Path(d)) for d in args.dirs], Path(args.out))
             out = report.write(merged, Path(args.out))
             render.render(out.parent)
             s = merged["summary"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -134,7 +135,10 @@ class _Session:
         self.config = config
         self.world = None
         self.pictures: dict[str, dict] = {}
-        self.log_dir = Path(tempfile.mkdtemp(prefix="crashproof-pytest-logs-"))
+        from .workspace import Workspace
+        root = Workspace().root
+        root.mkdir(parents=True, exist_ok=True)
+        self.log_dir = Path(tempfile.mkdtemp(prefix="pytest-logs-", dir=root))  # removed at session finish
         from scenarios.model import load_catalog
         self.scenarios = {s.name: s for s in load_catalog()}
 
@@ -167,6 +171,16 @@ def pytest_sessionfinish(session, exitstatus):
     if own is not None and own.world is not None:
         own.world.down()
         own.world = None
+    if own is not None:
+        if session.testsfailed:  # the failed cases' logs are what a reader goes to next
+            line = f"crashproof: the cases' logs are kept in {own.log_dir}"
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(line)
+            else:
+                print(line, flush=True)
+        else:
+            shutil.rmtree(own.log_dir, ignore_errors=True)
     path = _census_file(config) if config.getoption("crashproof") else None
     if path is not None:  # every worker collected before any test ran, so none still needs it
         path.unlink(missing_ok=True)

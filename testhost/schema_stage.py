@@ -8,6 +8,7 @@ like every fallback) so the claim function's refusals can be seen changing no ro
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,14 @@ def check_directory(directory: Path) -> None:
         schema_migrations(directory)
     except ValueError as exc:
         raise MigrationFailed(f"--migrations {exc}") from None
+
+
+def migrations_digest(directory: Path) -> str:
+    """The SHA-256 over the shipped migrations (each file's name and text, in order): the schema certified."""
+    digest = hashlib.sha256()
+    for migration in schema_migrations(directory):
+        digest.update(f"{migration.name}\0{migration.sql}\0".encode())
+    return digest.hexdigest()
 
 
 @dataclass

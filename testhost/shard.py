@@ -9,6 +9,8 @@ between the shards' machines, and the shards must agree on the split without tal
 
 from __future__ import annotations
 
+import hashlib
+
 from .errors import TestHostError
 
 
@@ -44,3 +46,10 @@ def select(plans: list, census: dict[str, dict[str, int]], shard: tuple[int, int
         return plans
     index, count = shard
     return split(plans, census, count)[index - 1]
+
+
+def plan_digest(ids: list[str]) -> dict:
+    """The count and SHA-256 of a run's whole planned id list (before slicing): shards of one run agree on it,
+    so a merge can tell shards planned from different matrices (whose union may miss a case no shard ran)."""
+    ordered = sorted(set(ids))
+    return {"plan_count": len(ordered), "plan_digest": hashlib.sha256("\n".join(ordered).encode()).hexdigest()}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from junitparser import Failure, JUnitXml
@@ -26,6 +29,7 @@ def test_a_slice_runs_under_xdist_with_junitxml(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     # Each worker took down its own world, and the census the workers shared is gone with the run.
     assert set((home / "worlds").glob("pytest-gw*")) == worlds_before and not list(home.glob("pytest-census-*"))
+    assert not list(home.glob("pytest-logs-*")), "a run that passed leaves no logs behind"
     names = sorted(case.name for suite in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for case in suite)
     assert names == sorted(["at-single[fault-free]", "at-single[schedule-link-after-commit-kill-1]",
                             "at-single[schedule-link-after-commit-disconnect-1]",
@@ -43,8 +47,13 @@ def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
     assert first.returncode == 1, first.stdout + first.stderr
     assert "instant-decided-once (rule: It writes the occurrence disposition" in first.stdout
     assert "1 failed, 1 passed" in first.stdout
+    kept = re.search(r"crashproof: the cases' logs are kept in (\S+)", first.stdout)
+    assert kept and Path(kept.group(1)).parent == Workspace().root and any(Path(kept.group(1)).rglob("*"))
+    shutil.rmtree(kept.group(1))
     failed = [c.name for s in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in s
               if any(isinstance(r, Failure) for r in c.result)]
     assert failed == ["at-single[schedule-decision-after-commit-kill-1]"]
     again = _pytest(tmp_path, *mutant, "--lf", "-x")
     assert again.returncode == 1 and "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]
+    for kept in re.findall(r"crashproof: the cases' logs are kept in (\S+)", again.stdout):
+        shutil.rmtree(kept)

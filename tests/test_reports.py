@@ -14,7 +14,8 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from reports import ReportError, certificate, compare, render
 from reports.junit import case_name
-from reports.report import load, summary, write
+from reports.report import load, outcome, summary, write
+from testhost.certify import exit_code
 
 pytestmark = pytest.mark.world
 
@@ -119,7 +120,7 @@ def test_a_signed_certificate_verifies_and_a_changed_one_does_not(reference_repo
     assert signed.returncode == 0, signed.stderr
     good = _cli("report", "verify", str(directory), "--allowed-signers", str(signers), "--signer", "auditor@example")
     assert good.returncode == 0, good.stderr
-    assert "CERTIFIED: all" in good.stdout and "Good" in good.stdout
+    assert "PASSED (a selection: " in good.stdout and "Good" in good.stdout
     wrong_signer = _cli("report", "verify", str(directory), "--allowed-signers", str(signers), "--signer", "mallory")
     assert wrong_signer.returncode == 2 and "does not verify for mallory" in wrong_signer.stderr
     path = directory / "certificate.json"
@@ -148,7 +149,13 @@ def _split(source: Path, tmp_path: Path, parts: int) -> list[Path]:
         part = dict(report, cases=report["cases"][i::parts])
         part["summary"] = summary(part["cases"])
         dirs.append(write(part, tmp_path / f"part{i}").parent)
+        if (source / "logs").exists():  # each part keeps its cases' logs beside it, as a shard does
+            shutil.copytree(source / "logs", dirs[-1] / "logs", dirs_exist_ok=True)
     return dirs
+
+
+def _without_logs(cases: list[dict]) -> list[dict]:
+    return [{k: v for k, v in case.items() if k != "logs"} for case in cases]
 
 
 def test_merge_of_disjoint_reports_is_their_union(mutant_report, tmp_path):
@@ -158,10 +165,39 @@ def test_merge_of_disjoint_reports_is_their_union(mutant_report, tmp_path):
     assert merged.returncode == 0, merged.stderr
     whole = json.loads((mutant_report / "report.json").read_text())
     result = json.loads((out / "report.json").read_text())
-    assert result["cases"] == whole["cases"] and result["summary"] == whole["summary"]
+    assert _without_logs(result["cases"]) == _without_logs(whole["cases"]) and result["summary"] == whole["summary"]
     assert result["suite_version"] == whole["suite_version"] and len(result["run"]["merged_from"]) == 3
     for name in ("report.html", "report.md", "junit.xml", "certificate.json"):
         assert (out / name).exists()
+
+
+def test_merged_log_links_lead_to_each_parts_logs(mutant_report, tmp_path):
+    parts = _split(mutant_report, tmp_path / "parts", 2)
+    out = tmp_path / "elsewhere" / "merged"
+    assert _cli("report", "merge", str(out), *map(str, parts)).returncode == 0
+    result = json.loads((out / "report.json").read_text())
+    links = [(case["id"], path) for case in result["cases"] for path in case["logs"].values()]
+    assert links
+    for case_id, path in links:
+        assert (out / path).is_file(), f"{case_id}: {path} does not lead to a file from {out}"
+        assert (out / path).resolve().is_relative_to(tmp_path / "parts")
+
+
+def test_a_merged_certificate_counts_the_fallbacks_of_every_part(mutant_report, tmp_path):
+    from reports.report import fallbacks
+    parts = _split(mutant_report, tmp_path, 2)
+    for part, operation in zip(parts, ("create", "update")):
+        def planted(report, operation=operation):
+            for case in report["cases"]:
+                case["fallbacks"] = [operation]
+            report["implementation"].update(fallbacks(report["cases"], ["create-after-insert"]))
+        _rewrite(part, planted)
+    merged = compare.merge([load(p) for p in parts])
+    counts = {p: len(json.loads((p / "report.json").read_text())["cases"]) for p in parts}
+    assert merged["implementation"]["fallbacks"] == ["create", "update"]
+    assert len(merged["implementation"]["fallback_cases"]["update"]) == counts[parts[1]]
+    assert f"create (in {counts[parts[0]]} cases), update (in {counts[parts[1]]} cases)" in \
+        merged["implementation"]["fallback_note"]
 
 
 def test_merge_refuses_duplicated_cases_other_implementations_and_suites(mutant_report, reference_report, tmp_path):
@@ -257,3 +293,65 @@ def test_merge_refuses_shards_mixed_with_other_reports_or_other_splits(mutant_re
     (tmp_path / "list" ).mkdir()
     (tmp_path / "list" / "report.json").write_text("[]")
     assert "is not a crashproof report" in _cli("report", "render", str(tmp_path / "list")).stderr
+
+
+def test_the_certificate_names_the_schema_and_merge_refuses_other_migrations(reference_report, tmp_path):
+    parts = _split(reference_report, tmp_path, 2)
+    for part, digest in zip(parts, ("a" * 64, "b" * 64)):
+        _rewrite(part, lambda r, digest=digest: r["implementation"].update(migrations="/m", migrations_sha256=digest))
+    stated = certificate.statement(load(parts[0]))["implementation"]
+    assert stated["migrations"] == "/m" and stated["migrations_sha256"] == "a" * 64
+    with pytest.raises(ReportError, match="different migrations") as refused:
+        compare.merge([load(p) for p in parts])
+    assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
+
+
+WHOLE = {"scenario": None, "barrier": None, "fault": None, "cases": [], "shard": None}
+
+
+def _as_shards(parts: list[Path], digest: str = "d" * 64) -> None:
+    for index, part in enumerate(parts, 1):
+        _rewrite(part, lambda r, index=index: r["run"]["selection"].update(
+            WHOLE, shard=f"{index}/{len(parts)}", plan_count=9, plan_digest=digest))
+
+
+def test_only_a_run_of_the_whole_matrix_is_certified(reference_report, tmp_path):
+    certified, verdict = outcome(load(reference_report).report)
+    assert not certified and verdict.startswith("PASSED (a selection: --scenario at-single; --barrier "
+                                                "schedule-decision-after-commit; --fault kill)")
+    assert verdict.endswith("not a certification")
+    directory = _copy(reference_report, tmp_path / "whole")
+    _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE))
+    assert outcome(load(directory).report) == (True, f"CERTIFIED: all {len(load(directory).report['cases'])} "
+                                                     "cases passed")
+    for narrowed, named in (({"shard": "2/3"}, "shard 2/3"), ({"cases": ["at-single"]}, "1 named case")):
+        _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE, **narrowed))
+        certified, verdict = outcome(load(directory).report)
+        assert not certified and named in verdict, verdict
+    parts = _split(directory, tmp_path, 2)
+    _as_shards(parts)
+    merged = compare.merge([load(p) for p in parts])
+    assert outcome(merged)[0] and merged["run"]["selection"]["shard"] is None
+    plain = compare.merge([load(p) for p in _split(directory, tmp_path / "plain", 2)])
+    assert not outcome(plain)[0] and "not the shards of one run" in outcome(plain)[1]
+
+
+def test_an_empty_slice_passes_and_is_not_a_run_where_no_case_ran(reference_report, tmp_path):
+    directory = _copy(reference_report, tmp_path / "empty")
+    report = _rewrite(directory, lambda r: (r.update(cases=[]), r["run"]["selection"].update(shard="3/3")))
+    assert "no case ran" in outcome(report)[1]
+    report = _rewrite(directory, lambda r: r["run"].update(empty_slice=True))
+    assert "no case ran" not in outcome(report)[1] and "NOT CERTIFIED" not in outcome(report)[1]
+    assert exit_code([], [], empty_slice=True) == 0 and exit_code([], []) == 1
+    assert exit_code([], ["barrier x is never reached"], empty_slice=True) == 1
+
+
+def test_merge_refuses_shards_that_planned_different_matrices(reference_report, tmp_path):
+    parts = _split(reference_report, tmp_path, 2)
+    _as_shards(parts)
+    _rewrite(parts[1], lambda r: r["run"]["selection"].update(plan_count=8, plan_digest="e" * 64))
+    with pytest.raises(ReportError, match="different plans") as refused:
+        compare.merge([load(p) for p in parts])
+    assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
+    assert "d" * 64 in str(refused.value) and "e" * 64 in str(refused.value)
+

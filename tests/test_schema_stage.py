@@ -20,7 +20,7 @@ import pytest
 from barriers.schema import SCHEMA_RULE
 from barriers.schema import READ_COLUMNS
 from reports.report import validate
-from testhost.schema_stage import check_directory, run_schema_stage
+from testhost.schema_stage import check_directory, migrations_digest, run_schema_stage
 from testhost.processes import pids_with_cwd_or_arg
 from testhost.state import TABLES
 from testhost.store import MigrationFailed
@@ -257,8 +257,20 @@ def test_certify_with_a_correct_copy_runs_the_stage_then_the_cases(home, impl):
     assert [c["id"] for c in cases] == ["at-single", "at-single/schedule-link-after-commit/kill/1"]
     assert all(c["verdict"] == "pass" for c in cases)
     assert report["implementation"]["migrations"] == str(migrations)
+    digest = migrations_digest(migrations)
+    assert report["implementation"]["migrations_sha256"] == digest
+    assert json.loads((report_dir / "certificate.json").read_text())["implementation"]["migrations_sha256"] == digest
     assert validate(report) == []
     assert report["summary"]["passed"] == 3
+
+
+def test_the_migrations_digest_changes_with_any_migration(tmp_path):
+    migrations = copy_of_reference(tmp_path / "migrations")
+    before = migrations_digest(migrations)
+    assert before == migrations_digest(migrations)
+    last = sorted(migrations.glob("*.sql"))[-1]
+    last.write_text(last.read_text() + "\n-- changed\n")
+    assert migrations_digest(migrations) != before
 
 
 @pytest.mark.world

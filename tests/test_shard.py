@@ -71,3 +71,27 @@ def test_three_merged_shards_equal_the_unsharded_run(tmp_path):
     twice = _run("report", "merge", str(tmp_path / "o2"), str(shards[0]), str(shards[1]), str(shards[1]),
                  str(shards[2]))
     assert twice.returncode == 2 and "shard 2/3 twice" in twice.stderr
+
+
+@pytest.mark.world
+def test_shards_of_named_cases_merge_and_an_empty_slice_passes(tmp_path):
+    """A requested case not in the matrix is reported by shard 1 alone; shard 2's slice of one planned case is
+    empty by construction: it exits 0, records so, and the shards merge into the unsharded run."""
+    cases = ["--case", "at-single/schedule-decision-after-commit/kill/1",
+             "--case", "at-single/schedule-decision-after-commit/kill/99", "--jobs", "2"]
+    shards = []
+    for index, expected_exit in ((1, 1), (2, 0)):  # shard 1 holds the not-run case kill/99
+        directory = tmp_path / f"shard{index}"
+        done = _run("certify", *cases, "--shard", f"{index}/2", "--report-dir", str(directory))
+        assert done.returncode == expected_exit, done.stdout + done.stderr
+        shards.append(json.loads((directory / "report.json").read_text()))
+    assert [c["id"] for c in shards[1]["cases"]] == [] and shards[1]["run"]["empty_slice"] is True
+    assert "no case ran" not in (tmp_path / "shard2" / "report.md").read_text()
+    assert [(c["id"], c["verdict"]) for c in shards[0]["cases"]] == [
+        ("at-single", "pass"), ("at-single/schedule-decision-after-commit/kill/1", "pass"),
+        ("at-single/schedule-decision-after-commit/kill/99", "not-run")]
+    digests = {(s["run"]["selection"]["plan_count"], s["run"]["selection"]["plan_digest"]) for s in shards}
+    assert len(digests) == 1 and digests.pop()[0] == 3
+    merged = _run("report", "merge", str(tmp_path / "all"), str(tmp_path / "shard1"), str(tmp_path / "shard2"))
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads((tmp_path / "all" / "report.json").read_text())["summary"]["cases"] == 3
