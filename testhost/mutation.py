@@ -29,6 +29,8 @@ from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
 from .workspace import DEFAULT_ROOT
 
+CONTROL = "control"  # the label of the unmutated implementation's jobs (a mutant may not take it)
+
 
 @dataclass
 class Verdict:
@@ -98,16 +100,22 @@ class Job(CasePlan):
 
     command: str = ""
     migrations: str | None = None
+    label: str = "control"  # the mutant's name, or control: names the folder of its logs
+
 
     @property
     def case(self) -> CasePlan:
         return CasePlan(self.scenario, self.barrier, self.fault, self.hit, self.repeat)
 
 
+def log_folder(log_dir: str, label: str) -> Path:
+    """One folder of logs per job label: the control and each mutant run the same case ids, in parallel, and
+    their commands may share a file name (every patched copy of examples/go/run.sh is a run.sh)."""
+    return Path(log_dir) / (re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-.") or "unnamed")
+
+
 def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
-    # one folder of logs per implementation (the reference and each mutant run the same case ids)
-    folder = Path(log_dir) / re.sub(r"[^A-Za-z0-9_.-]+", "-", job.command.rsplit("/", 1)[-1]).strip("-")
-    return _worker_run(job.case, job.command, str(folder), baseline, job.migrations)
+    return _worker_run(job.case, job.command, str(log_folder(log_dir, job.label)), baseline, job.migrations)
 
 
 class MutantRun:
@@ -116,26 +124,26 @@ class MutantRun:
     def __init__(self, options: Options, log_dir: Path):
         self.options, self.log_dir = options, log_dir
         self.pool = Pool(_pool_factory(options))
-        self.pictures: dict[tuple[str, str], dict] = {}  # (command, scenario) -> fault-free picture
+        self.pictures: dict[tuple[str, str], dict] = {}  # (job label, scenario) -> fault-free picture
 
     def close(self) -> None:
         self.pool.close()
 
-    def run(self, jobs: list[tuple[str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
-        """jobs: (command, migrations, plan). Returns (command, case) for every plan that ran."""
+    def run(self, jobs: list[tuple[str, str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
+        """jobs: (job label, command, migrations, plan). Returns (job label, case) for every plan that ran."""
         results: list[tuple[str, dict]] = []
         for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
-            batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations)
-                     for command, migrations, p in jobs if phase(p)]
+            batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations, name)
+                     for name, command, migrations, p in jobs if phase(p)]
             if not batch:
                 continue
-            ran = run_cases(self.pool, [(j, self.pictures.get((j.command, j.scenario))) for j in batch], "",
+            ran = run_cases(self.pool, [(j, self.pictures.get((j.label, j.scenario))) for j in batch], "",
                             str(self.log_dir), Progress(len(batch), self.options.progress, label), worker=_job_worker)
             for r in ran:
                 job = r["plan"]
                 if job.fault is None and r.get("picture") is not None:
-                    self.pictures[(job.command, job.scenario)] = r["picture"]
-                results.append((job.command, r["case"]))
+                    self.pictures[(job.label, job.scenario)] = r["picture"]
+                results.append((job.label, r["case"]))
         return results
 
 
@@ -161,11 +169,14 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     runner = None
     try:
         mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
+        if any(m.name == CONTROL for m in mutants):
+            raise ValueError(f"a mutant may not be named {CONTROL!r}: the unmutated implementation's logs go there; "
+                             "rename its patch")
         control_command = impl or REFERENCE_COMMAND
         log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
         shutil.rmtree(log_dir, ignore_errors=True)
         runner = MutantRun(options, log_dir)
-        census_cases = runner.run([(control_command, None, CasePlan(s.name))
+        census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
                                    for s in select(load_catalog(), options.scenario)],
                                   "census (unmutated implementation)")
         census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
@@ -174,11 +185,10 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
         control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
         control_ids = {p.id for p in control_plans}
         control = [c for _, c in census_cases if c["id"] in control_ids]
-        control += [c for _, c in runner.run([(control_command, None, p) for p in control_plans if p.fault],
+        control += [c for _, c in runner.run([(CONTROL, control_command, None, p) for p in control_plans if p.fault],
                                              "control (unmutated implementation on every slice)")]
         verdicts = {m.name: Verdict(m) for m in mutants}
         done: set[tuple[str, str]] = set()
-        command_of = {m.mutant.command: m for m in verdicts.values()}
         schema = {m.name: _schema_of(m) for m in mutants}
         phases = [("slice", lambda m: _with_baselines(slices[m.name])),
                   ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
@@ -192,9 +202,9 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
                 for plan in plans_of(m):
                     if (m.name, plan.id) not in done:
                         done.add((m.name, plan.id))
-                        jobs.append((m.command, schema[m.name], plan))
-            for command, case in runner.run(jobs, f"mutants: {label}"):
-                _record(command_of[command], [case])
+                        jobs.append((m.name, m.command, schema[m.name], plan))
+            for name, case in runner.run(jobs, f"mutants: {label}"):
+                _record(verdicts[name], [case])
     finally:
         if runner is not None:
             runner.close()

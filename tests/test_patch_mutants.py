@@ -153,3 +153,30 @@ def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, mo
                  "--report-dir", str(tmp_path / "report")]) != 0
     assert (tmp_path / "home" / "patch-mutants").is_dir()
     assert list((tmp_path / "home" / "patch-mutants").iterdir()) == []
+
+
+def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path, monkeypatch):
+    # every patched copy of examples/go/run.sh is a run.sh: a folder named from the command would be shared
+    from testhost import mutation
+    from testhost.runner import CasePlan
+    folders = []
+    monkeypatch.setattr(mutation, "_worker_run", lambda plan, command, log_dir, baseline, migrations: folders.append(
+        (plan.id, log_dir)) or {})
+    plan = CasePlan("at-single", "schedule-link-after-commit", "kill", 1)
+    for label, command in [("control", "examples/go/run.sh"), ("skip-fence", "/tmp/a/examples/go/run.sh"),
+                           ("drop-cursor", "/tmp/b/examples/go/run.sh")]:
+        job = mutation.Job(plan.scenario, plan.barrier, plan.fault, plan.hit, plan.repeat, command, None, label)
+        mutation._job_worker(job, "", str(tmp_path), None)
+    assert [case for case, _ in folders] == [plan.id] * 3
+    assert [Path(folder).name for _, folder in folders] == ["control", "skip-fence", "drop-cursor"]
+    assert len({folder for _, folder in folders}) == 3
+
+
+def test_a_patch_named_control_is_refused(tmp_path):
+    from testhost.certify import Options
+    from testhost.mutation import run_mutants
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "control.patch").write_text(
+        "Rule: fence\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
+    with pytest.raises(ValueError, match="may not be named 'control'"):
+        run_mutants(Options(report_dir=tmp_path / "r"), impl=str(root / "run.sh"), mutants_dir=root / "mutants")
