@@ -41,6 +41,7 @@ from .implementation import LAUNCHERS, set_launcher
 from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
+SCHEMA_STAGE_ID = "schema-stage"  # the id of the schema stage's case (testhost/schema_stage.py CASE_ID)
 
 
 # -- worker side ----------------------------------------------------------------------------------------------
@@ -355,11 +356,16 @@ def failed_case_ids(report_path: Path) -> list[str]:
     path = report_path / "report.json" if report_path.is_dir() else report_path
     try:
         report = json.loads(path.read_text())
-        return [case["id"] for case in report["cases"] if case["verdict"] != "pass"]
+        failed = [case["id"] for case in report["cases"] if case["verdict"] != "pass"]
     except OSError as exc:
         raise ValueError(f"--rerun-failed: cannot read {path} ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--rerun-failed: {path} is not a crashproof report ({type(exc).__name__}: {exc})") from None
+    # The schema stage is no case to select: it runs before the cases of every --migrations run.
+    if failed == [SCHEMA_STAGE_ID]:
+        raise ValueError(f"--rerun-failed: only the schema stage did not pass in {path}; it runs before the cases of "
+                         "every run with --migrations: run `crashproof certify --migrations DIR` again")
+    return [case_id for case_id in failed if case_id != SCHEMA_STAGE_ID]
 
 
 def load_scenarios(options: Options) -> list[Scenario]:
@@ -384,7 +390,11 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
         raise ValueError("--jobs and --repeat must be at least 1")
     if options.launcher not in LAUNCHERS:
         raise ValueError(f"no launcher named {options.launcher!r}; choose from {', '.join(LAUNCHERS)}")
-    wanted = [parse_case_id(case_id) for case_id in options.cases]
+    ids = [case_id for case_id in options.cases if case_id.strip() != SCHEMA_STAGE_ID]
+    if options.cases and not ids:
+        raise ValueError(f"--case {SCHEMA_STAGE_ID}: the schema stage is no case to select; it runs before the cases "
+                         "of every run with --migrations")
+    wanted = [parse_case_id(case_id) for case_id in ids]
     known = {s.name for s in catalog}
     for plan in wanted:
         if plan.scenario not in known:

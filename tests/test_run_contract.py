@@ -188,3 +188,23 @@ def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
     assert exit_code([passed, harness], []) == 3
     assert exit_code([failed, harness], []) == 1  # a finding about the implementation outranks a harness error
     assert exit_code([], []) == 1
+
+
+def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
+    from testhost.certify import SCHEMA_STAGE_ID, _validate, failed_case_ids
+    from testhost.schema_stage import CASE_ID
+    assert SCHEMA_STAGE_ID == CASE_ID
+    earlier = tmp_path / "report.json"
+    earlier.write_text(json.dumps({"cases": [
+        {"id": "schema-stage", "verdict": "fail"}, {"id": "at-single", "verdict": "pass"},
+        {"id": "at-single/schedule-link-after-commit/kill/1", "verdict": "fail"}]}))
+    assert failed_case_ids(earlier) == ["at-single/schedule-link-after-commit/kill/1"]
+    _, wanted = _validate(Options(cases=["schema-stage", "at-single/schedule-link-after-commit/kill/1"]))
+    assert [plan.id for plan in wanted] == ["at-single/schedule-link-after-commit/kill/1"]
+    earlier.write_text(json.dumps({"cases": [{"id": "schema-stage", "verdict": "fail"},
+                                             {"id": "at-single", "verdict": "pass"}]}))
+    with pytest.raises(ValueError, match="only the schema stage did not pass"):
+        failed_case_ids(earlier)
+    with pytest.raises(ValueError, match="the schema stage is no case to select"):
+        _validate(Options(cases=["schema-stage"]))
+
