@@ -4,6 +4,7 @@ plans the matrix from a fault-free census, hands out cases, survives worker cras
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -531,8 +532,11 @@ def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict)
     for plan in wanted:
         if plan.fault is None:
             continue  # a fault-free case: the census runs it
+        base = dataclasses.replace(plan, repeat=1).id  # a --repeat N report's `…/1#3` is `…/1` run a third time
         if plan.id in by_id:
             chosen.append(by_id[plan.id])
+        elif base in by_id:
+            chosen.append(dataclasses.replace(by_id[base], repeat=plan.repeat))
         else:
             reached = census_hits.get(plan.scenario, {}).get(plan.barrier, 0)
             missing.append(_not_run_case(plan, f"not in this run's matrix: the fault-free run reaches {plan.barrier} "

@@ -208,3 +208,16 @@ def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
     with pytest.raises(ValueError, match="the schema stage is no case to select"):
         _validate(Options(cases=["schema-stage"]))
 
+
+def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
+    from testhost.certify import _requested, parse_case_id
+    from testhost.runner import CasePlan
+    planned = [CasePlan("at-single", "schedule-link-after-commit", "kill", 1)]
+    wanted = [parse_case_id("at-single/schedule-link-after-commit/kill/1#3"),
+              parse_case_id("at-single/schedule-link-after-commit/kill/1")]
+    chosen, missing = _requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}})
+    assert [plan.id for plan in chosen] == ["at-single/schedule-link-after-commit/kill/1#3",
+                                            "at-single/schedule-link-after-commit/kill/1"]
+    assert chosen[0].repeat == 3 and missing == []
+    chosen, missing = _requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
+    assert chosen == [] and [case["id"] for case in missing] == ["at-single/schedule-link-after-commit/kill/2#2"]
