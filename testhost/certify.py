@@ -30,7 +30,7 @@ from typing import Callable
 
 from barriers import CATALOG, required_of
 from reports import report as reports
-from reports.render import render as render_all
+from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import expand, matches, patterns, select
 from scenarios.model import Scenario, load_catalog
 
@@ -561,6 +561,7 @@ def certify(options: Options) -> tuple[int, dict]:
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios, wanted = _validate(options)
     preflight(options)
+    remove_outputs(options.report_dir)  # an earlier run's report (and CERTIFIED certificate) must not outlive this one
     if options.migrations is not None:
         from .schema_stage import check_directory
         check_directory(options.migrations)  # a one-line error before any worker starts

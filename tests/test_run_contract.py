@@ -221,3 +221,13 @@ def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
     assert chosen[0].repeat == 3 and missing == []
     chosen, missing = _requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
     assert chosen == [] and [case["id"] for case in missing] == ["at-single/schedule-link-after-commit/kill/2#2"]
+
+
+def test_a_run_that_ends_early_leaves_no_report_of_an_earlier_run(tmp_path):
+    stale = ["report.json", "report.html", "report.md", "junit.xml", "certificate.json", "certificate.json.sig"]
+    for name in stale:
+        (tmp_path / name).write_text("from an earlier run")
+    (tmp_path / "notes.txt").write_text("not the harness's")
+    with pytest.raises(Exception, match="no such directory"):
+        certify(Options(report_dir=tmp_path, migrations=tmp_path / "nowhere", progress=lambda line: None))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
