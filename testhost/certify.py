@@ -174,11 +174,25 @@ def _not_run_case(plan: CasePlan, reason: str) -> dict:
 class RunStopped(Exception):
     """The run stops before its end: a stop signal (signum) or --fail-fast (signum None)."""
 
-    def __init__(self, signum: int | None = None, why: str = ""):
+    def __init__(self, signum: int | None = None, why: str = "", harness: bool = False):
         super().__init__(why or (signal.Signals(signum).name if signum else "stopped"))
         self.signum = signum
         self.why = why
+        self.harness = harness  # the harness failed (exit 3), not the implementation
         self.unfinished: list[tuple[CasePlan, str]] = []  # plans not finished, with why
+
+
+def _harness_result(future, what: str):
+    """A controller step's result; a worker that died or an unexpected exception stops the run as the harness's
+    failure (a one-line error and a partial report, not a traceback). A one-line error of its own passes."""
+    try:
+        return future.result()
+    except TestHostError:
+        raise
+    except BrokenProcessPool:
+        raise RunStopped(why=f"the harness failed: the worker process died during {what}", harness=True) from None
+    except Exception as exc:  # noqa: BLE001 - reported in one line, the run stops
+        raise RunStopped(why=f"the harness failed during {what}: {type(exc).__name__}: {exc}", harness=True) from None
 
 
 class Pool:
@@ -515,7 +529,7 @@ def _schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
         return []
     from .store import MigrationFailed
     try:
-        stage = pool.executor.submit(_worker_schema_stage, str(options.migrations)).result()
+        stage = _harness_result(pool.executor.submit(_worker_schema_stage, str(options.migrations)), "the schema stage")
     except MigrationFailed:
         shutil.rmtree(log_dir, ignore_errors=True)
         raise
@@ -588,7 +602,7 @@ def certify(options: Options) -> tuple[int, dict]:
         try:
             signals.check()
             pool = signals.pool = Pool(_pool_factory(options))
-            environment.update(pool.executor.submit(_worker_environment).result())
+            environment.update(_harness_result(pool.executor.submit(_worker_environment), "the worlds' start"))
             stage = _schema_stage(options, pool, log_dir)
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)
@@ -687,6 +701,9 @@ def certify(options: Options) -> tuple[int, dict]:
     done = summary["cases"] - len(not_run)
     if stopped is not None and stopped.signum is not None:
         print(f"interrupted after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
+    elif stopped is not None and stopped.harness:
+        print(f"crashproof: error: {stopped.why}", file=sys.stderr, flush=True)
+        print(f"stopped after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
     elif stopped is not None:
         print(f"stopped at the first failed case ({stopped.why.removeprefix('--fail-fast: ')}) after {done} of "
               f"{summary['cases']} cases; partial report: {path}", flush=True)
@@ -704,4 +721,6 @@ def certify(options: Options) -> tuple[int, dict]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
     if stopped is not None and stopped.signum is not None:
         return 128 + stopped.signum, report
+    if stopped is not None and stopped.harness:
+        return 3, report
     return exit_code(cases, run_problems), report

@@ -231,3 +231,35 @@ def test_a_run_that_ends_early_leaves_no_report_of_an_earlier_run(tmp_path):
     with pytest.raises(Exception, match="no such directory"):
         certify(Options(report_dir=tmp_path, migrations=tmp_path / "nowhere", progress=lambda line: None))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def _worker_dies(*_args):
+    os._exit(1)
+
+
+def _worker_raises(*_args):
+    raise RuntimeError("an unexpected fault in the harness")
+
+
+@pytest.mark.parametrize("step, migrations", [("_worker_environment", False), ("_worker_schema_stage", True)])
+@pytest.mark.parametrize("fault, said", [(_worker_dies, "the worker process died during"),
+                                         (_worker_raises, "RuntimeError: an unexpected fault in the harness")])
+def test_a_harness_step_that_breaks_is_one_line_exit_3_and_a_partial_report(step, migrations, fault, said, tmp_path,
+                                                                            monkeypatch, capsys):
+    from testhost import certify as controller
+    monkeypatch.setattr(controller, step, fault)  # spawned workers unpickle it from this module
+    home = Path(tempfile.mkdtemp(prefix="crashproof-harness-", dir="/tmp"))  # a worker that dies leaves its
+    os.chmod(home, 0o755)                                                    # world's folder: not in a shared home
+    monkeypatch.setenv("CRASHPROOF_HOME", str(home))
+    report_dir = tmp_path / "report"
+    try:
+        code, report = certify(Options(scenario="at-single", barrier="schedule-link-after-commit", fault="kill",
+                                       jobs=1, migrations=ROOT / "reference" / "migrations" if migrations else None,
+                                       report_dir=report_dir, progress=lambda line: None))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("crashproof: error:")]
+    assert code == 3 and len(error) == 1 and said in error[0], error
+    assert report["partial"] is True and report["interrupted"] is False
+    assert [(c["id"], c["verdict"]) for c in report["cases"]] == [("at-single", "not-run")]
+    assert json.loads((report_dir / "report.json").read_text())["run"]["stopped_by"].startswith("the harness failed")
