@@ -604,6 +604,8 @@ def certify(options: Options) -> tuple[int, dict]:
             pool = signals.pool = Pool(_pool_factory(options))
             environment.update(_harness_result(pool.executor.submit(_worker_environment), "the worlds' start"))
             stage = _schema_stage(options, pool, log_dir)
+            if options.fail_fast and stage and stage[0]["verdict"] != "pass":
+                raise RunStopped(why=f"--fail-fast: {stage[0]['id']} ended {stage[0]['verdict']}")
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)
             if options.command != REFERENCE_COMMAND:
