@@ -510,15 +510,30 @@ def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[
     return note
 
 
-def census(options: Options):
-    """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
+def _check_world_options(options: Options) -> None:
+    """--migrations and --dsn, checked before any worker starts: a one-line error each."""
+    if options.migrations is not None:
+        from .schema_stage import check_directory
+        check_directory(options.migrations)
+    if options.dsn:
+        from .world import ExternalWorld
+        ExternalWorld(options.dsn, network_optional=True).up().down()
+
+
+def census(options: Options, failed: list[dict] | None = None):
+    """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`), after the same
+    checks as certify's; each fault-free case that did not pass goes to `failed`."""
     scenarios, _ = _validate(options)
     with tempfile.TemporaryDirectory(prefix="crashproof-census-logs-") as log_dir:
+        preflight(dataclasses.replace(options, report_dir=Path(log_dir)))  # its logs go there, not to a report
+        _check_world_options(options)
         pool = Pool(_pool_factory(options))
         try:
-            _, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
+            results, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
         finally:
             pool.close()
+    if failed is not None:
+        failed += [r["case"] for r in results if r["case"]["verdict"] != "pass"]
     return plans, skipped
 
 
@@ -576,12 +591,7 @@ def certify(options: Options) -> tuple[int, dict]:
     scenarios, wanted = _validate(options)
     preflight(options)
     remove_outputs(options.report_dir)  # an earlier run's report (and CERTIFIED certificate) must not outlive this one
-    if options.migrations is not None:
-        from .schema_stage import check_directory
-        check_directory(options.migrations)  # a one-line error before any worker starts
-    if options.dsn:
-        from .world import ExternalWorld
-        ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
+    _check_world_options(options)
     report_dir = options.report_dir.absolute()
     log_dir = report_dir / "logs"
     shutil.rmtree(log_dir, ignore_errors=True)  # the logs of an earlier run in this folder: its report goes too
