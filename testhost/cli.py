@@ -14,7 +14,8 @@ from .workspace import Workspace
 EXIT_CODES = """exit codes:
   0    every planned case passed
   1    the implementation failed: a check, the adapter protocol, or a case that could not run
-  2    usage or configuration error (one line on stderr; nothing ran)
+  2    usage or configuration error (one line on stderr, no report; nothing ran, unless the server
+       refused a --migrations file)
   3    the harness itself failed (`error` verdicts caused by the harness; every other case passed)
   130  interrupted by SIGINT, 143 by SIGTERM, 129 by SIGHUP: worlds torn down, partial report written
 """
