@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import ReportError
-from .certificate import Certificate
+from .certificate import SIGNATURE, Certificate
 from .html import Html
 from .junit import JUnit
 from .markdown import Markdown
@@ -46,3 +46,9 @@ def render(directory: Path, formats: list[str] | None = None) -> list[Path]:
         path.write_text(renderer.render(loaded))
         written.append(path)
     return written
+
+
+def remove_outputs(directory: Path) -> None:
+    """Remove report.json and every rendering (and a certificate's signature) an earlier run left in DIR."""
+    for name in ("report.json", SIGNATURE, *(renderer.filename for renderer in RENDERERS.values())):
+        (Path(directory) / name).unlink(missing_ok=True)

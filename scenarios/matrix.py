@@ -54,18 +54,19 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
     from testhost.runner import CasePlan
 
     plans, skipped = [], []
+    any_fault = ",".join(patterns(fault) or ["*"])  # a skipped combination's fault: the filter, as one string
     for scenario in scenarios:
         hits = census.get(scenario.name, {})
         for b in CATALOG:
             if not matches(b.name, barrier):
                 continue
             if offered is not None and b.operation not in offered:
-                skipped.append(Skipped(scenario.name, b.name, fault or "*",
+                skipped.append(Skipped(scenario.name, b.name, any_fault,
                                        f"{b.name} sits in {b.operation}, which the implementation does not offer: "
                                        f"the harness's fallback runs that transaction, not the implementation"))
                 continue
             if not hits.get(b.name):
-                skipped.append(Skipped(scenario.name, b.name, ",".join(patterns(fault) or ["*"]),
+                skipped.append(Skipped(scenario.name, b.name, any_fault,
                                        f"the fault-free run of {scenario.name} never reaches {b.name}"))
                 continue
             for name, plugin in faults.items():

@@ -4,6 +4,7 @@ plans the matrix from a fault-free census, hands out cases, survives worker cras
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -29,7 +30,7 @@ from typing import Callable
 
 from barriers import CATALOG, required_of
 from reports import report as reports
-from reports.render import render as render_all
+from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import expand, matches, patterns, select
 from scenarios.model import Scenario, load_catalog
 
@@ -41,6 +42,7 @@ from .implementation import LAUNCHERS, set_launcher
 from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
+SCHEMA_STAGE_ID = "schema-stage"  # the id of the schema stage's case (testhost/schema_stage.py CASE_ID)
 
 
 # -- worker side ----------------------------------------------------------------------------------------------
@@ -172,11 +174,25 @@ def _not_run_case(plan: CasePlan, reason: str) -> dict:
 class RunStopped(Exception):
     """The run stops before its end: a stop signal (signum) or --fail-fast (signum None)."""
 
-    def __init__(self, signum: int | None = None, why: str = ""):
+    def __init__(self, signum: int | None = None, why: str = "", harness: bool = False):
         super().__init__(why or (signal.Signals(signum).name if signum else "stopped"))
         self.signum = signum
         self.why = why
+        self.harness = harness  # the harness failed (exit 3), not the implementation
         self.unfinished: list[tuple[CasePlan, str]] = []  # plans not finished, with why
+
+
+def _harness_result(future, what: str):
+    """A controller step's result; a worker that died or an unexpected exception stops the run as the harness's
+    failure (a one-line error and a partial report, not a traceback). A one-line error of its own passes."""
+    try:
+        return future.result()
+    except TestHostError:
+        raise
+    except BrokenProcessPool:
+        raise RunStopped(why=f"the harness failed: the worker process died during {what}", harness=True) from None
+    except Exception as exc:  # noqa: BLE001 - reported in one line, the run stops
+        raise RunStopped(why=f"the harness failed during {what}: {type(exc).__name__}: {exc}", harness=True) from None
 
 
 class Pool:
@@ -355,11 +371,16 @@ def failed_case_ids(report_path: Path) -> list[str]:
     path = report_path / "report.json" if report_path.is_dir() else report_path
     try:
         report = json.loads(path.read_text())
-        return [case["id"] for case in report["cases"] if case["verdict"] != "pass"]
+        failed = [case["id"] for case in report["cases"] if case["verdict"] != "pass"]
     except OSError as exc:
         raise ValueError(f"--rerun-failed: cannot read {path} ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--rerun-failed: {path} is not a crashproof report ({type(exc).__name__}: {exc})") from None
+    # The schema stage is no case to select: it runs before the cases of every --migrations run.
+    if failed == [SCHEMA_STAGE_ID]:
+        raise ValueError(f"--rerun-failed: only the schema stage did not pass in {path}; it runs before the cases of "
+                         "every run with --migrations: run `crashproof certify --migrations DIR` again")
+    return [case_id for case_id in failed if case_id != SCHEMA_STAGE_ID]
 
 
 def load_scenarios(options: Options) -> list[Scenario]:
@@ -384,7 +405,11 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
         raise ValueError("--jobs and --repeat must be at least 1")
     if options.launcher not in LAUNCHERS:
         raise ValueError(f"no launcher named {options.launcher!r}; choose from {', '.join(LAUNCHERS)}")
-    wanted = [parse_case_id(case_id) for case_id in options.cases]
+    ids = [case_id for case_id in options.cases if case_id.strip() != SCHEMA_STAGE_ID]
+    if options.cases and not ids:
+        raise ValueError(f"--case {SCHEMA_STAGE_ID}: the schema stage is no case to select; it runs before the cases "
+                         "of every run with --migrations")
+    wanted = [parse_case_id(case_id) for case_id in ids]
     known = {s.name for s in catalog}
     for plan in wanted:
         if plan.scenario not in known:
@@ -473,15 +498,30 @@ def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> N
         case["verdict"], case["reason"] = "fail", "barrier-coverage"
 
 
-def census(options: Options):
-    """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`)."""
+def _check_world_options(options: Options) -> None:
+    """--migrations and --dsn, checked before any worker starts: a one-line error each."""
+    if options.migrations is not None:
+        from .schema_stage import check_directory
+        check_directory(options.migrations)
+    if options.dsn:
+        from .world import ExternalWorld
+        ExternalWorld(options.dsn, network_optional=True).up().down()
+
+
+def census(options: Options, failed: list[dict] | None = None):
+    """The planned matrix and its skipped combinations (for `crashproof scenarios --matrix`), after the same
+    checks as certify's; each fault-free case that did not pass goes to `failed`."""
     scenarios, _ = _validate(options)
     with tempfile.TemporaryDirectory(prefix="crashproof-census-logs-") as log_dir:
+        preflight(dataclasses.replace(options, report_dir=Path(log_dir)))  # its logs go there, not to a report
+        _check_world_options(options)
         pool = Pool(_pool_factory(options))
         try:
-            _, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
+            results, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
         finally:
             pool.close()
+    if failed is not None:
+        failed += [r["case"] for r in results if r["case"]["verdict"] != "pass"]
     return plans, skipped
 
 
@@ -492,7 +532,7 @@ def _schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
         return []
     from .store import MigrationFailed
     try:
-        stage = pool.executor.submit(_worker_schema_stage, str(options.migrations)).result()
+        stage = _harness_result(pool.executor.submit(_worker_schema_stage, str(options.migrations)), "the schema stage")
     except MigrationFailed:
         shutil.rmtree(log_dir, ignore_errors=True)
         raise
@@ -509,8 +549,11 @@ def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict)
     for plan in wanted:
         if plan.fault is None:
             continue  # a fault-free case: the census runs it
+        base = dataclasses.replace(plan, repeat=1).id  # a --repeat N report's `…/1#3` is `…/1` run a third time
         if plan.id in by_id:
             chosen.append(by_id[plan.id])
+        elif base in by_id:
+            chosen.append(dataclasses.replace(by_id[base], repeat=plan.repeat))
         else:
             reached = census_hits.get(plan.scenario, {}).get(plan.barrier, 0)
             missing.append(_not_run_case(plan, f"not in this run's matrix: the fault-free run reaches {plan.barrier} "
@@ -536,14 +579,12 @@ def certify(options: Options) -> tuple[int, dict]:
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios, wanted = _validate(options)
     preflight(options)
+    remove_outputs(options.report_dir)  # an earlier run's report (and CERTIFIED certificate) must not outlive this one
+    _check_world_options(options)
     migrations_sha256 = None
     if options.migrations is not None:
-        from .schema_stage import check_directory, migrations_digest
-        check_directory(options.migrations)  # a one-line error before any worker starts
+        from .schema_stage import migrations_digest
         migrations_sha256 = migrations_digest(options.migrations)
-    if options.dsn:
-        from .world import ExternalWorld
-        ExternalWorld(options.dsn, network_optional=True).up().down()  # a one-line error before any worker starts
     report_dir = options.report_dir.absolute()
     log_dir = report_dir / "logs"
     shutil.rmtree(log_dir, ignore_errors=True)  # the logs of an earlier run in this folder: its report goes too
@@ -566,8 +607,10 @@ def certify(options: Options) -> tuple[int, dict]:
         try:
             signals.check()
             pool = signals.pool = Pool(_pool_factory(options))
-            environment.update(pool.executor.submit(_worker_environment).result())
+            environment.update(_harness_result(pool.executor.submit(_worker_environment), "the worlds' start"))
             stage = _schema_stage(options, pool, log_dir)
+            if options.fail_fast and stage and stage[0]["verdict"] != "pass":
+                raise RunStopped(why=f"--fail-fast: {stage[0]['id']} ended {stage[0]['verdict']}")
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)
             if options.command != REFERENCE_COMMAND:
@@ -668,6 +711,9 @@ def certify(options: Options) -> tuple[int, dict]:
     done = summary["cases"] - len(not_run)
     if stopped is not None and stopped.signum is not None:
         print(f"interrupted after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
+    elif stopped is not None and stopped.harness:
+        print(f"crashproof: error: {stopped.why}", file=sys.stderr, flush=True)
+        print(f"stopped after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
     elif stopped is not None:
         print(f"stopped at the first failed case ({stopped.why.removeprefix('--fail-fast: ')}) after {done} of "
               f"{summary['cases']} cases; partial report: {path}", flush=True)
@@ -685,4 +731,6 @@ def certify(options: Options) -> tuple[int, dict]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
     if stopped is not None and stopped.signum is not None:
         return 128 + stopped.signum, report
+    if stopped is not None and stopped.harness:
+        return 3, report
     return exit_code(cases, run_problems, empty_slice), report

@@ -14,7 +14,8 @@ from .workspace import Workspace
 EXIT_CODES = """exit codes:
   0    every planned case passed
   1    the implementation failed: a check, the adapter protocol, or a case that could not run
-  2    usage or configuration error (one line on stderr; nothing ran)
+  2    usage or configuration error (one line on stderr, no report; nothing ran, unless the server
+       refused a --migrations file)
   3    the harness itself failed (`error` verdicts caused by the harness; every other case passed)
   130  interrupted by SIGINT, 143 by SIGTERM, 129 by SIGHUP: worlds torn down, partial report written
 """
@@ -43,27 +44,39 @@ def _jobs(value: int | None) -> int:
     return value or default_jobs()
 
 
+def _world_options(args) -> dict:
+    """Where the worlds come from and what schema and launcher the cases use, as Options fields (certify and
+    scenarios --matrix alike: each changes the census)."""
+    from pathlib import Path
+    if args.dsn and args.docker:
+        raise TestHostError("--dsn and --docker exclude each other; pick one")
+    if args.with_builtin and not args.catalog:
+        raise TestHostError("--with-builtin adds the built-in scenarios to a --catalog DIR; give one")
+    return {"dsn": args.dsn, "docker": args.docker, "launcher": args.launcher,
+            "migrations": Path(args.migrations) if args.migrations else None}
+
+
+def _require_engine(args) -> None:
+    if args.docker:
+        from .docker_world import require_engine
+        require_engine()  # a clear error, before any worker starts, where no engine answers
+
+
 def cmd_certify(args) -> int:
     from pathlib import Path
 
     from .certify import Options, certify
     from .shard import parse as parse_shard
-    if args.dsn and args.docker:
-        raise TestHostError("--dsn and --docker exclude each other; pick one")
-    if args.with_builtin and not args.catalog:
-        raise TestHostError("--with-builtin adds the built-in scenarios to a --catalog DIR; give one")
+    worlds = _world_options(args)
     jobs = _jobs(args.jobs)
     selection = _selection(args)
     if args.rerun_failed and not selection["cases"]:
         print(f"nothing to rerun: every case in {args.rerun_failed} passed")
         return 0
-    if args.docker:
-        from .docker_world import require_engine
-        require_engine()  # a clear error, before any worker starts, where no engine answers
+    _require_engine(args)
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=jobs,
-                      repeat=args.repeat, seed=args.seed, dsn=args.dsn, docker=args.docker, launcher=args.launcher,
-                      migrations=Path(args.migrations) if args.migrations else None,
-                      shard=parse_shard(args.shard) if args.shard else None, **selection)
+                      repeat=args.repeat, seed=args.seed, shard=parse_shard(args.shard) if args.shard else None,
+                      **worlds, **selection)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -107,18 +120,23 @@ def cmd_scenarios(args) -> int:
             print(f"{'':32} {s.description}")
         return 0
     from .certify import Options, census
+    worlds = _world_options(args)
+    _require_engine(args)
+    failed: list[dict] = []
     try:
         plans, skipped = census(Options(command=args.impl or Options.command, scenario=args.scenario,
-                                        report_dir=Path("report"), catalog=folders, with_builtin=args.with_builtin))
+                                        catalog=folders, with_builtin=args.with_builtin, **worlds), failed)
     except ValueError as exc:
         raise TestHostError(str(exc)) from None
+    for case in failed:
+        print(f"fault-free {case['id']}: {case['verdict']}: {case['reason']}")
     print(f"{len(plans)} cases planned")
     for plan in plans:
         print(f"  case {plan.id}")
     print(f"{len(skipped)} combinations skipped")
     for skip in skipped:
         print(f"  skip {skip.scenario}/{skip.barrier}/{skip.fault}: {skip.reason}")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_world(args) -> int:
@@ -205,6 +223,17 @@ def _catalog_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--with-builtin", action="store_true", help="with --catalog: the built-in scenarios too")
 
 
+def _world_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--migrations", metavar="DIR", help="the implementation's own schema: numbered .sql "
+                        "migrations applied as the migration owner instead of the reference's (certify: a schema "
+                        "stage checks them before any case runs)")
+    parser.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
+    parser.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
+    parser.add_argument("--launcher", choices=["fork-server", "spawn"], default="fork-server",
+                        help="how a `<this python> -m MODULE` implementation starts: forked from a server that "
+                        "has imported psycopg already (default), or spawned afresh like every other command")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crashproof", description=__doc__, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,9 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "second signal exits at once.\nAdapter logs: REPORT_DIR/logs/<case id>/<instance>.stderr",
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     certify.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
-    certify.add_argument("--migrations", metavar="DIR", help="the implementation's own schema: numbered .sql "
-                         "migrations applied as the migration owner instead of the reference's; a schema stage "
-                         "checks them before any case runs")
     certify.add_argument("--report-dir", default="report", help="where report.json and logs/ go (default: report)")
     certify.add_argument("--jobs", type=int, help="worlds side by side, at least 1 (default: cores + 1)")
     certify.add_argument("--scenario", action="append", help="only scenarios matching these globs (comma-separated, "
@@ -238,11 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
     certify.add_argument("--shard", metavar="I/N", help="run only the I-th of N deterministic slices of the planned "
                          "cases (one per CI machine); `crashproof report merge` joins the N reports")
-    certify.add_argument("--dsn", help="use an existing server (no clock control: cases are not-run)")
-    certify.add_argument("--docker", action="store_true", help="run the server in a container (testcontainers)")
-    certify.add_argument("--launcher", choices=["fork-server", "spawn"], default="fork-server",
-                         help="how a `<this python> -m MODULE` implementation starts: forked from a server that "
-                         "has imported psycopg already (default), or spawned afresh like every other command")
+    _world_arguments(certify)
     certify.set_defaults(run=cmd_certify)
 
     mutants = sub.add_parser("mutants", help="run the matrix against every mutant of the reference; prints which "
@@ -293,11 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=cmd_barriers)
     scen = sub.add_parser("scenarios", help="list the scenario catalog")
     scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
-                      "every skipped combination and why")
+                      "every skipped combination and why, and each fault-free case that did not pass (then exit 1)")
     scen.add_argument("--impl", help="implementation to take the census of (default: the reference)")
     scen.add_argument("--scenario", action="append", help="only scenarios matching these globs (comma-separated, "
                       "repeatable)")
     _catalog_arguments(scen)
+    _world_arguments(scen)
     scen.set_defaults(run=cmd_scenarios)
 
     world = sub.add_parser("world", help="bring a world up or down by hand, to poke at it with psql")

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,11 +24,14 @@ from mutants import MUTANTS, Mutant, migrations_dir
 from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
-from .certify import Options, Pool, Progress, _pool_factory, _worker_run, declared_operations, run_cases
+from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run,
+                      declared_operations, run_cases)
 from .faults import FAULTS
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
 from .workspace import DEFAULT_ROOT
+
+CONTROL = "control"  # the label of the unmutated implementation's jobs (a mutant may not take it)
 
 
 @dataclass
@@ -98,44 +102,59 @@ class Job(CasePlan):
 
     command: str = ""
     migrations: str | None = None
+    label: str = "control"  # the mutant's name, or control: names the folder of its logs
+
 
     @property
     def case(self) -> CasePlan:
         return CasePlan(self.scenario, self.barrier, self.fault, self.hit, self.repeat)
 
 
+def log_folder(log_dir: str, label: str) -> Path:
+    """One folder of logs per job label: the control and each mutant run the same case ids, in parallel, and
+    their commands may share a file name (every patched copy of examples/go/run.sh is a run.sh)."""
+    return Path(log_dir) / (re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-.") or "unnamed")
+
+
 def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
-    # one folder of logs per implementation (the reference and each mutant run the same case ids)
-    folder = Path(log_dir) / re.sub(r"[^A-Za-z0-9_.-]+", "-", job.command.rsplit("/", 1)[-1]).strip("-")
-    return _worker_run(job.case, job.command, str(folder), baseline, job.migrations)
+    return _worker_run(job.case, job.command, str(log_folder(log_dir, job.label)), baseline, job.migrations)
 
 
 class MutantRun:
     """Runs batches of jobs through one worker pool, fault-free cases first so faulted ones have baselines."""
 
-    def __init__(self, options: Options, log_dir: Path):
-        self.options, self.log_dir = options, log_dir
-        self.pool = Pool(_pool_factory(options))
-        self.pictures: dict[tuple[str, str], dict] = {}  # (command, scenario) -> fault-free picture
+    def __init__(self, options: Options, log_dir: Path, signals: StopSignals):
+        self.options, self.log_dir, self.signals = options, log_dir, signals
+        self.pool = signals.pool = Pool(_pool_factory(options))
+        self.pictures: dict[tuple[str, str], dict] = {}  # (job label, scenario) -> fault-free picture
 
     def close(self) -> None:
         self.pool.close()
 
-    def run(self, jobs: list[tuple[str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
-        """jobs: (command, migrations, plan). Returns (command, case) for every plan that ran."""
+    def run(self, jobs: list[tuple[str, str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
+        """jobs: (job label, command, migrations, plan). Returns (job label, case) for every plan that ran; a stop
+        (RunStopped) carries those finished before it as `finished`."""
         results: list[tuple[str, dict]] = []
-        for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
-            batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations)
-                     for command, migrations, p in jobs if phase(p)]
-            if not batch:
-                continue
-            ran = run_cases(self.pool, [(j, self.pictures.get((j.command, j.scenario))) for j in batch], "",
-                            str(self.log_dir), Progress(len(batch), self.options.progress, label), worker=_job_worker)
-            for r in ran:
-                job = r["plan"]
-                if job.fault is None and r.get("picture") is not None:
-                    self.pictures[(job.command, job.scenario)] = r["picture"]
-                results.append((job.command, r["case"]))
+        try:
+            for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
+                batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations, name)
+                         for name, command, migrations, p in jobs if phase(p)]
+                if not batch:
+                    continue
+                ran: list[dict] = []
+                try:
+                    run_cases(self.pool, [(j, self.pictures.get((j.label, j.scenario))) for j in batch], "",
+                              str(self.log_dir), Progress(len(batch), self.options.progress, label),
+                              worker=_job_worker, results=ran, signals=self.signals)
+                finally:
+                    results += [(r["plan"].label, r["case"]) for r in ran]
+                for r in ran:
+                    job = r["plan"]
+                    if job.fault is None and r.get("picture") is not None:
+                        self.pictures[(job.label, job.scenario)] = r["picture"]
+        except RunStopped as stop:
+            stop.finished = results
+            raise
         return results
 
 
@@ -157,61 +176,86 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
     started = time.monotonic()
     if (impl is None) != (mutants_dir is None):
         raise ValueError("--impl and --mutants go together: the implementation's command and its folder of patches")
-    copies = _copies_dir() if mutants_dir else None
+    control_command = impl or REFERENCE_COMMAND
+    report_dir = options.report_dir.absolute()
+    log_dir = report_dir / "logs"  # with mutants.json, never in /tmp
+    control: list[dict] = []
+    verdicts: dict[str, Verdict] = {}
+    stopped: RunStopped | None = None
     runner = None
-    try:
-        mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
-        control_command = impl or REFERENCE_COMMAND
-        log_dir = options.report_dir.absolute() / "logs"  # with mutants.json, never in /tmp
-        shutil.rmtree(log_dir, ignore_errors=True)
-        runner = MutantRun(options, log_dir)
-        census_cases = runner.run([(control_command, None, CasePlan(s.name))
-                                   for s in select(load_catalog(), options.scenario)],
-                                  "census (unmutated implementation)")
-        census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
-        matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
-                                     options.scenario)
-        control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
-        control_ids = {p.id for p in control_plans}
-        control = [c for _, c in census_cases if c["id"] in control_ids]
-        control += [c for _, c in runner.run([(control_command, None, p) for p in control_plans if p.fault],
-                                             "control (unmutated implementation on every slice)")]
-        verdicts = {m.name: Verdict(m) for m in mutants}
-        done: set[tuple[str, str]] = set()
-        command_of = {m.mutant.command: m for m in verdicts.values()}
-        schema = {m.name: _schema_of(m) for m in mutants}
-        phases = [("slice", lambda m: _with_baselines(slices[m.name])),
-                  ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
-                  ("matrix", lambda m: [p for p in matrix if p.fault is not None])][:None if exhaustive else 1]
-        for label, plans_of in phases:
-            jobs = []
-            for verdict in verdicts.values():
-                if (verdict.killed and not all_cases) or (verdict.errors and len(verdict.errors) == verdict.cases_run):
-                    continue  # done, or broken in a way no further case will diagnose
-                m = verdict.mutant
-                for plan in plans_of(m):
-                    if (m.name, plan.id) not in done:
-                        done.add((m.name, plan.id))
-                        jobs.append((m.command, schema[m.name], plan))
-            for command, case in runner.run(jobs, f"mutants: {label}"):
-                _record(command_of[command], [case])
-    finally:
-        if runner is not None:
-            runner.close()
-        if copies is not None:
-            shutil.rmtree(copies, ignore_errors=True)
+    with StopSignals() as signals:
+        signals.armed = True
+        copies = None
+        try:
+            copies = _copies_dir() if mutants_dir else None
+            mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
+            if any(m.name == CONTROL for m in mutants):
+                raise ValueError(f"a mutant may not be named {CONTROL!r}: the unmutated implementation's logs go "
+                                 "there; rename its patch")
+            shutil.rmtree(log_dir, ignore_errors=True)
+            verdicts = {m.name: Verdict(m) for m in mutants}
+            done: set[tuple[str, str]] = set()
+            runner = MutantRun(options, log_dir, signals)
+            census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
+                                       for s in select(load_catalog(), options.scenario)],
+                                      "census (unmutated implementation)")
+            census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
+            matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
+                                         options.scenario)
+            control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
+            control_ids = {p.id for p in control_plans}
+            control = [c for _, c in census_cases if c["id"] in control_ids]
+            control += [c for _, c in runner.run([(CONTROL, control_command, None, p) for p in control_plans
+                                                  if p.fault], "control (unmutated implementation on every slice)")]
+            schema = {m.name: _schema_of(m) for m in mutants}
+            phases = [("slice", lambda m: _with_baselines(slices[m.name])),
+                      ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
+                      ("matrix", lambda m: [p for p in matrix if p.fault is not None])][:None if exhaustive else 1]
+            for label, plans_of in phases:
+                jobs = []
+                for verdict in verdicts.values():
+                    if (verdict.killed and not all_cases) or (verdict.errors and
+                                                              len(verdict.errors) == verdict.cases_run):
+                        continue  # done, or broken in a way no further case will diagnose
+                    m = verdict.mutant
+                    for plan in plans_of(m):
+                        if (m.name, plan.id) not in done:
+                            done.add((m.name, plan.id))
+                            jobs.append((m.name, m.command, schema[m.name], plan))
+                for name, case in runner.run(jobs, f"mutants: {label}"):
+                    _record(verdicts[name], [case])
+            signals.armed = False
+        except RunStopped as stop:
+            signals.armed = False
+            stopped = stop
+            for name, case in getattr(stop, "finished", []):
+                if name in verdicts:
+                    _record(verdicts[name], [case])
+            if runner is not None:
+                runner.pool.abort()
+        finally:
+            signals.armed = False
+            if runner is not None and stopped is None:
+                runner.close()
+            if copies is not None:
+                shutil.rmtree(copies, ignore_errors=True)
     elapsed = time.monotonic() - started
     control_failed = [c["id"] for c in control if c["verdict"] != "pass"]
     killed = sum(v.killed for v in verdicts.values())
     report = {"schema_version": 1, "duration_s": round(elapsed, 1), "jobs": options.jobs, "exhaustive": exhaustive,
               "all_cases": all_cases, "control": {"implementation": control_command, "cases": len(control), "failed": control_failed},
               "mutants": [v.to_json() for v in verdicts.values()],
-              "score": {"killed": killed, "total": len(verdicts)}, "logs": str(log_dir)}
-    options.report_dir.mkdir(parents=True, exist_ok=True)
-    path = options.report_dir / "mutants.json"
+              "score": {"killed": killed, "total": len(verdicts)}, "logs": os.path.relpath(log_dir, report_dir),
+              "interrupted": stopped is not None}
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / "mutants.json"
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     _print_table(verdicts.values(), control, control_failed, elapsed, path)
     print(f"mutation score: {killed}/{len(verdicts)}")
+    if stopped is not None:
+        print(f"interrupted ({signal.Signals(stopped.signum).name}): every world torn down, the patched copies "
+              f"removed; partial report: {path}", flush=True)
+        return 128 + stopped.signum, report
     ok = killed == len(verdicts) and not control_failed
     return (0 if ok else 1), report
 

@@ -113,6 +113,23 @@ def test_scenarios_matrix_lists_cases_and_every_skip_with_its_reason(home):
             "has a commit to lose") in result.stdout
 
 
+def test_scenarios_matrix_names_each_fault_free_case_that_did_not_pass(home):
+    wrapper = Path(__file__).parent / "adapters" / "wrapper.sh"
+    result = _run(home, "scenarios", "--matrix", "--scenario", "at-single", "--launcher", "spawn",
+                  "--impl", f"sh {wrapper} tests.adapters.broken hello-then-exit", PYTHON=sys.executable)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("fault-free ")]
+    assert line.startswith("fault-free at-single: error: ") and "exit" in line, line
+    assert " cases planned" in result.stdout
+
+
+def test_scenarios_matrix_checks_what_certify_checks_before_any_world(home, tmp_path):
+    _refused(_run(home, "scenarios", "--matrix", "--impl", "no-such-adapter"), "--impl program 'no-such-adapter'")
+    _refused(_run(home, "scenarios", "--matrix", "--migrations", str(tmp_path / "nowhere")),
+             f"--migrations {tmp_path / 'nowhere'}: no such directory")
+    _refused(_run(home, "scenarios", "--matrix", "--dsn", "x", "--docker"), "--dsn and --docker exclude each other")
+
+
 def test_certify_refuses_unknown_selections_in_one_line(home):
     for args, needle in ((["--scenario", "nope*"], "no scenario matches"), (["--barrier", "nope"], "no barrier named"),
                          (["--fault", "flood"], "no fault named")):

@@ -67,3 +67,13 @@ def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
     assert verdicts["first"] == ("pass", "") and verdicts["last"] == ("pass", "")
     assert verdicts["die"] == ("error", "the worker process running this case died")
     assert len(pools) >= 2  # renewed after the death
+
+
+def test_a_skipped_combination_names_its_fault_as_one_string_whatever_the_filter():
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    census = {"at-single": {b.name: 1 for b in CATALOG}}
+    offered = {"process-due"}
+    for fault, named in [(None, "*"), ("kill", "kill"), (["kill", "pause,db-crash"], "kill,pause,db-crash")]:
+        _, skipped = expand([scenario], census, FAULTS, fault=fault, offered=offered)
+        not_offered = [s for s in skipped if BY_NAME[s.barrier].operation not in offered]
+        assert not_offered and {s.to_json()["fault"] for s in not_offered} == {named}

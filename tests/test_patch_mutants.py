@@ -3,6 +3,7 @@ the Go example's (examples/go/mutants). Malformed input is a one-line error befo
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,68 @@ def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, mo
                  "--report-dir", str(tmp_path / "report")]) != 0
     assert (tmp_path / "home" / "patch-mutants").is_dir()
     assert list((tmp_path / "home" / "patch-mutants").iterdir()) == []
+
+
+def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path, monkeypatch):
+    # every patched copy of examples/go/run.sh is a run.sh: a folder named from the command would be shared
+    from testhost import mutation
+    from testhost.runner import CasePlan
+    folders = []
+    monkeypatch.setattr(mutation, "_worker_run", lambda plan, command, log_dir, baseline, migrations: folders.append(
+        (plan.id, log_dir)) or {})
+    plan = CasePlan("at-single", "schedule-link-after-commit", "kill", 1)
+    for label, command in [("control", "examples/go/run.sh"), ("skip-fence", "/tmp/a/examples/go/run.sh"),
+                           ("drop-cursor", "/tmp/b/examples/go/run.sh")]:
+        job = mutation.Job(plan.scenario, plan.barrier, plan.fault, plan.hit, plan.repeat, command, None, label)
+        mutation._job_worker(job, "", str(tmp_path), None)
+    assert [case for case, _ in folders] == [plan.id] * 3
+    assert [Path(folder).name for _, folder in folders] == ["control", "skip-fence", "drop-cursor"]
+    assert len({folder for _, folder in folders}) == 3
+
+
+def test_a_patch_named_control_is_refused(tmp_path):
+    from testhost.certify import Options
+    from testhost.mutation import run_mutants
+    root = _tiny_root(tmp_path)
+    (root / "mutants" / "control.patch").write_text(
+        "Rule: fence\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
+    with pytest.raises(ValueError, match="may not be named 'control'"):
+        run_mutants(Options(report_dir=tmp_path / "r"), impl=str(root / "run.sh"), mutants_dir=root / "mutants")
+
+
+@pytest.mark.world
+def test_sigterm_tears_the_mutants_run_down_and_writes_a_partial_report(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from testhost.processes import pids_with_cwd_or_arg
+    home = Path(tempfile.mkdtemp(prefix="crashproof-mutants-stop-", dir="/tmp"))
+    os.chmod(home, 0o755)
+    report_dir = tmp_path / "report"
+    try:
+        with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+            run = subprocess.Popen([sys.executable, "-m", "testhost.cli", "mutants", "--impl", str(GO / "run.sh"),
+                                    "--mutants", str(GO / "mutants"), "--mutant", "work-identity-from-bridge-time",
+                                    "--scenario", "at-single", "--jobs", "1", "--report-dir", str(report_dir)],
+                                   env={**os.environ, "CRASHPROOF_HOME": str(home)}, stdout=out, stderr=err,
+                                   cwd=Path(__file__).resolve().parents[1])
+            deadline = time.monotonic() + 120
+            while not list((report_dir / "logs").glob("control/at-single/*")) and time.monotonic() < deadline:
+                assert run.poll() is None, (tmp_path / "err").read_text()
+                time.sleep(0.2)  # a case of the census has started its implementation: worlds and copies exist
+            assert list((home / "patch-mutants").glob("run-*")), "the patched copies exist while the run lasts"
+            run.send_signal(signal.SIGTERM)
+            code = run.wait(timeout=120)
+        output = (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
+        assert code == 143, output
+        assert "Traceback" not in output
+        report = json.loads((report_dir / "mutants.json").read_text())
+        assert report["interrupted"] is True and report["logs"] == "logs"
+        assert list((home / "patch-mutants").iterdir()) == []
+        assert list((home / "worlds").iterdir()) == []
+        assert pids_with_cwd_or_arg(str(home)) == []
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -188,3 +188,78 @@ def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
     assert exit_code([passed, harness], []) == 3
     assert exit_code([failed, harness], []) == 1  # a finding about the implementation outranks a harness error
     assert exit_code([], []) == 1
+
+
+def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
+    from testhost.certify import SCHEMA_STAGE_ID, _validate, failed_case_ids
+    from testhost.schema_stage import CASE_ID
+    assert SCHEMA_STAGE_ID == CASE_ID
+    earlier = tmp_path / "report.json"
+    earlier.write_text(json.dumps({"cases": [
+        {"id": "schema-stage", "verdict": "fail"}, {"id": "at-single", "verdict": "pass"},
+        {"id": "at-single/schedule-link-after-commit/kill/1", "verdict": "fail"}]}))
+    assert failed_case_ids(earlier) == ["at-single/schedule-link-after-commit/kill/1"]
+    _, wanted = _validate(Options(cases=["schema-stage", "at-single/schedule-link-after-commit/kill/1"]))
+    assert [plan.id for plan in wanted] == ["at-single/schedule-link-after-commit/kill/1"]
+    earlier.write_text(json.dumps({"cases": [{"id": "schema-stage", "verdict": "fail"},
+                                             {"id": "at-single", "verdict": "pass"}]}))
+    with pytest.raises(ValueError, match="only the schema stage did not pass"):
+        failed_case_ids(earlier)
+    with pytest.raises(ValueError, match="the schema stage is no case to select"):
+        _validate(Options(cases=["schema-stage"]))
+
+
+def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
+    from testhost.certify import _requested, parse_case_id
+    from testhost.runner import CasePlan
+    planned = [CasePlan("at-single", "schedule-link-after-commit", "kill", 1)]
+    wanted = [parse_case_id("at-single/schedule-link-after-commit/kill/1#3"),
+              parse_case_id("at-single/schedule-link-after-commit/kill/1")]
+    chosen, missing = _requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}})
+    assert [plan.id for plan in chosen] == ["at-single/schedule-link-after-commit/kill/1#3",
+                                            "at-single/schedule-link-after-commit/kill/1"]
+    assert chosen[0].repeat == 3 and missing == []
+    chosen, missing = _requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
+    assert chosen == [] and [case["id"] for case in missing] == ["at-single/schedule-link-after-commit/kill/2#2"]
+
+
+def test_a_run_that_ends_early_leaves_no_report_of_an_earlier_run(tmp_path):
+    stale = ["report.json", "report.html", "report.md", "junit.xml", "certificate.json", "certificate.json.sig"]
+    for name in stale:
+        (tmp_path / name).write_text("from an earlier run")
+    (tmp_path / "notes.txt").write_text("not the harness's")
+    with pytest.raises(Exception, match="no such directory"):
+        certify(Options(report_dir=tmp_path, migrations=tmp_path / "nowhere", progress=lambda line: None))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def _worker_dies(*_args):
+    os._exit(1)
+
+
+def _worker_raises(*_args):
+    raise RuntimeError("an unexpected fault in the harness")
+
+
+@pytest.mark.parametrize("step, migrations", [("_worker_environment", False), ("_worker_schema_stage", True)])
+@pytest.mark.parametrize("fault, said", [(_worker_dies, "the worker process died during"),
+                                         (_worker_raises, "RuntimeError: an unexpected fault in the harness")])
+def test_a_harness_step_that_breaks_is_one_line_exit_3_and_a_partial_report(step, migrations, fault, said, tmp_path,
+                                                                            monkeypatch, capsys):
+    from testhost import certify as controller
+    monkeypatch.setattr(controller, step, fault)  # spawned workers unpickle it from this module
+    home = Path(tempfile.mkdtemp(prefix="crashproof-harness-", dir="/tmp"))  # a worker that dies leaves its
+    os.chmod(home, 0o755)                                                    # world's folder: not in a shared home
+    monkeypatch.setenv("CRASHPROOF_HOME", str(home))
+    report_dir = tmp_path / "report"
+    try:
+        code, report = certify(Options(scenario="at-single", barrier="schedule-link-after-commit", fault="kill",
+                                       jobs=1, migrations=ROOT / "reference" / "migrations" if migrations else None,
+                                       report_dir=report_dir, progress=lambda line: None))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("crashproof: error:")]
+    assert code == 3 and len(error) == 1 and said in error[0], error
+    assert report["partial"] is True and report["interrupted"] is False
+    assert [(c["id"], c["verdict"]) for c in report["cases"]] == [("at-single", "not-run")]
+    assert json.loads((report_dir / "report.json").read_text())["run"]["stopped_by"].startswith("the harness failed")

@@ -316,3 +316,17 @@ def test_certify_with_a_missing_directory_is_one_line(home):
     result = certify(home, "--migrations", str(home / "nowhere"), *SLICE)
     assert result.returncode == 2
     assert result.stderr.strip() == f"crashproof: error: --migrations {home / 'nowhere'}: no such directory"
+
+
+@pytest.mark.world
+def test_fail_fast_stops_at_a_failing_schema_stage_with_a_partial_report(home):
+    migrations = copy_of_reference(home / "migrations")
+    plant, _, _ = DEFECTS["dispatcher-grant-on-due-time"]  # the cases would pass: only the stage fails
+    append_migration(migrations, "dispatcher_grant_on_due_time", plant(None))
+    report_dir = home / "report"
+    result = certify(home, "--migrations", str(migrations), "--report-dir", str(report_dir), *SLICE, "--fail-fast")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "stopped at the first failed case (schema-stage ended fail)" in result.stdout
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["partial"] is True and report["run"]["stopped_by"] == "--fail-fast: schema-stage ended fail"
+    assert [(c["id"], c["verdict"]) for c in report["cases"]] == [("schema-stage", "fail"), ("at-single", "not-run")]
