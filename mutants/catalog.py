@@ -29,6 +29,8 @@ CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a 
 IDLE_CURSOR = "the cursor moves only in a decision that disposes of at least one due instant"
 EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
             "create a new Schedule identity after resolving the cause.")
+LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares its persisted runtime epoch and scope "
+                "generation with the active store epoch and locked scope generation.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -198,6 +200,16 @@ MUTANTS: tuple[Mutant, ...] = (
               '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
               '"event": event,\n'),),
         slice=("skip-misfire", "anomaly-suspends")),
+    Mutant(
+        "scope-generation-unlocked", LOCKED_FENCE,
+        "The decision reads the scope generation without locking the scope row, so an operator's change commits "
+        "while the decision is open and the decision then commits on the stale generation.",
+        (Edit("queries/schedule.sql",
+              "select f.*, transaction_timestamp() as cutoff_utc from appsurface_durable.locked_scope_fences() f;",
+              "select (select r.runtime_epoch from appsurface_durable.store_runtime r) as runtime_epoch, "
+              "s.generation as scope_generation, s.routing_id, transaction_timestamp() as cutoff_utc "
+              "from appsurface_durable.scopes s where s.scope_id = appsurface_durable.current_scope();"),),
+        slice=("fence-beside-decision",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

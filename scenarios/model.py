@@ -2,45 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import tomllib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-# Every case starts with the server clock set here, so explicit instants are the same in every run.
-T0 = datetime.fromisoformat("2031-03-03T00:00:00+00:00")
+from .errors import ScenarioError, StepError
+from .steps import SCENARIO_FIELDS, Context, check_expectation, check_step, check_table, spec_to_wire, step_lines
+from .times import T0, relative
+
+__all__ = ["T0", "Scenario", "ScenarioError", "Step", "load_catalog", "parse", "relative", "spec_to_wire"]
+
 SCHEDULE_NAMESPACE = uuid.UUID("6b1d3f4e-2b7c-4e0e-9a55-0c7f3e1d2a90")
-
-STEP_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    # op -> {field: accepted types}; `schedule` names a schedule of the scenario
-    # `expect` and `problem`: the answer the step must get; `rule`: the spec sentence that answer pins
-    "create": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,), "rule": (str,)},
-    "update": {"schedule": (str,), "spec": (dict,), "expect": (str,), "problem": (str,), "rule": (str,)},
-    "delete": {"schedule": (str,), "expect": (str,), "problem": (str,), "rule": (str,)},
-    "release": {"schedule": (str,), "expect": (str,), "problem": (str,), "rule": (str,)},
-    "advance": {"seconds": (int, float)},
-    "process": {"maximum_schedules": (int,), "processor": (str,), "cancel_after": (int,),
-                "lease_seconds": (int, float), "lease_owner": (str,), "expect": (str,), "rule": (str,)},
-    "race": {"maximum_schedules": (int,)},
-    "drain": {},
-    "complete-work": {"schedule": (str,), "nth": (int,), "state": (str,)},
-    # a plain Work caller takes the idempotency key of the occurrence (generation, kind, first) for other Work
-    "plant-work": {"schedule": (str,), "first": (str,), "kind": (str,), "generation": (int,)},
-    "advance-epoch": {},
-    "advance-scope-generation": {},
-}
-REQUIRED = {"create": {"schedule", "spec"}, "update": {"schedule", "spec"}, "delete": {"schedule"},
-            "release": {"schedule"}, "advance": {"seconds"}, "complete-work": {"schedule", "state"},
-            "plant-work": {"schedule", "first"}}
-_RELATIVE = re.compile(r"^(accepted)?([+-]\d+(?:\.\d+)?)s$")
-
-
-class ScenarioError(ValueError):
-    """A scenario file is malformed; the message names the file, the step and the field."""
 
 
 @dataclass(frozen=True)
@@ -83,74 +58,42 @@ class Scenario:
         return sorted({s.schedule for s in self.steps if s.op == "create"})
 
 
-def relative(value: str, accepted_at: datetime | None = None) -> datetime:
-    """"+90s" is T0 + 90 s; "accepted+5s" is the generation's acceptance + 5 s."""
-    match = _RELATIVE.match(value)
-    if not match:
-        raise ScenarioError(f"time {value!r} must look like +90s, -5s or accepted+5s")
-    base = accepted_at if match.group(1) else T0
-    if base is None:
-        raise ScenarioError(f"time {value!r} is relative to an acceptance time that is not known here")
-    return base + timedelta(seconds=float(match.group(2)))
-
-
-def spec_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
-    """A scenario spec in adapter-protocol form: relative times resolved against T0."""
-    wire = dict(spec)
-    for key in ("at", "anchor"):
-        if key in wire:
-            wire[key] = relative(wire[key]).isoformat()
-    return wire
-
-
 def parse(name: str, text: str, origin: str | None = None) -> Scenario:
-    """A scenario from its TOML text; errors name `origin` (the file's path) when given, else the name."""
+    """A scenario from its TOML text, validated against the step registry (scenarios/steps.py); an error is one
+    line naming `origin` (the file's path, else the name), the line and step, and the field."""
     label = origin or name
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # its message ends with "(at line L, column C)"
         raise ScenarioError(f"{label}: not valid TOML: {exc}") from None
-    steps = []
-    created: set[str] = set()
-    for index, raw in enumerate(data.get("steps", [])):
-        where = f"{label}: step {index + 1}"
-        op = raw.get("op")
-        if op not in STEP_FIELDS:
-            raise ScenarioError(f"{where}: op {op!r} is not one of {', '.join(STEP_FIELDS)}")
-        args = {k: v for k, v in raw.items() if k != "op"}
-        unknown = set(args) - set(STEP_FIELDS[op])
-        if unknown:
-            raise ScenarioError(f"{where}: {op} takes no {', '.join(sorted(unknown))}")
-        missing = REQUIRED.get(op, set()) - set(args)
-        if missing:
-            raise ScenarioError(f"{where}: {op} needs {', '.join(sorted(missing))}")
-        for key, value in args.items():
-            if not isinstance(value, STEP_FIELDS[op][key]):
-                raise ScenarioError(f"{where}: {key} has the wrong type ({type(value).__name__})")
-        if args.get("expect", "ok") not in ("ok", "fail"):
-            raise ScenarioError(f"{where}: expect must be ok or fail")
-        if "rule" in args and "expect" not in args:
-            raise ScenarioError(f"{where}: a rule is cited only for a step with an expected answer (expect)")
-        if "problem" in args and args.get("expect") != "fail":
-            raise ScenarioError(f"{where}: a problem type is expected only with expect = \"fail\"")
-        if op == "create":
-            created.add(args["schedule"])
-        elif "schedule" in args and args["schedule"] not in created:
-            raise ScenarioError(f"{where}: schedule {args['schedule']!r} is used before it is created")
-        if "spec" in args:
-            for key in ("at", "anchor"):
-                if key in args["spec"]:
-                    try:
-                        relative(args["spec"][key])
-                    except ScenarioError as exc:
-                        raise ScenarioError(f"{where}: spec.{key}: {exc}") from None
-        steps.append(Step(op, args, index))
-    if not steps:
+    if not data.get("steps"):
         raise ScenarioError(f"{label}: no steps")
+    try:
+        check_table("the scenario", SCENARIO_FIELDS, data)
+    except StepError as exc:
+        raise ScenarioError(f"{label}: {exc}") from None
+    lines = step_lines(text)
+    raw_steps = data.get("steps", [])
+    steps = []
+    context = Context()
+    for index, raw in enumerate(raw_steps):
+        line = f":{lines[index]}" if len(lines) == len(raw_steps) else ""
+        where = f"{label}{line}: step {index + 1}"
+        if not isinstance(raw, dict):
+            raise ScenarioError(f"{where}: a step must be a table with an op")
+        try:
+            op, args = check_step(raw, context)
+        except StepError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+        steps.append(Step(op, args, index))
     expect = data.get("expect", {})
-    for schedule in expect:
-        if schedule not in created:
+    for schedule, want in expect.items():
+        if schedule not in context.created:
             raise ScenarioError(f"{label}: expectations for {schedule!r}, which no step creates")
+        try:
+            check_expectation(schedule, want)
+        except StepError as exc:
+            raise ScenarioError(f"{label}: {exc}") from None
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)), source=text, origin=origin or "")

@@ -562,6 +562,12 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
                         rows) for rule, (evidence, rows) in groups.items()]
 
 
+def _consecutive(observations: list[tuple[int, dict]]):
+    """Pairs of states seen after consecutive steps, but none across a restore: a backup that comes back puts
+    older rows back, which is no move of the timeline the checks judge."""
+    return [(a, b) for a, b in zip(observations, observations[1:]) if not b[1].get("restored")]
+
+
 COALESCED_FORWARD = rule_of("coalesced-range-forward", "A pending coalesced row may only move its last nominal "
                             "instant forward.")
 
@@ -571,7 +577,7 @@ def coalesced_forward(observations: list[tuple[int, dict]]) -> CheckResult:
     instant never moves back, until it is materialized or superseded."""
     evidence = []
     rows = 0
-    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+    for (step_a, seen_a), (step_b, seen_b) in _consecutive(observations):
         for key, row in seen_a["pending"].items():
             rows += 1
             later = seen_b["all"].get(key)
@@ -670,7 +676,7 @@ def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:
     schedule (no occurrence added or extended, no recovery skipped, no new generation) moved on an idle pass."""
     evidence = []
     rows = 0
-    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+    for (step_a, seen_a), (step_b, seen_b) in _consecutive(observations):
         for schedule_id, before in seen_a.get("cursors", {}).items():
             after = seen_b.get("cursors", {}).get(schedule_id)
             if after is None:
@@ -696,9 +702,14 @@ def fence_seen(observations: list[tuple[int, dict]]) -> CheckResult:
     """Between the states seen after consecutive steps, a schedule the model holds fenced at the later one whose
     cursor, occurrences, skipped ranges or links changed acted past its fence (a missing suspension alone is
     `processor-history`'s and the model's to judge: a fault may delay the pass that suspends)."""
+    evidence, rows = _acted_past_fences(_consecutive(observations))
+    return CheckResult("fence-before-cursor-at-every-step", FENCE_SEEN, not evidence, evidence, rows)
+
+
+def _acted_past_fences(pairs) -> tuple[list, int]:
     evidence = []
     rows = 0
-    for (step_a, seen_a), (step_b, seen_b) in zip(observations, observations[1:]):
+    for (step_a, seen_a), (step_b, seen_b) in pairs:
         for schedule_id, reason in seen_b.get("fenced", {}).items():
             before = seen_a.get("cursors", {}).get(schedule_id)
             after = seen_b.get("cursors", {}).get(schedule_id)
@@ -711,7 +722,7 @@ def fence_seen(observations: list[tuple[int, dict]]) -> CheckResult:
                 evidence.append({"schedule_id": schedule_id, "fence": reason, "after_step": step_a + 1,
                                  "at_step": step_b + 1, "changed": {k: [_seen_text(before.get(k)),
                                                                         _seen_text(after.get(k))] for k in changed}})
-    return CheckResult("fence-before-cursor-at-every-step", FENCE_SEEN, not evidence, evidence, rows)
+    return evidence, rows
 
 
 def _seen_text(value: Any) -> Any:
@@ -758,3 +769,34 @@ def history_agreement(state: StoreState, schedule_ids: dict[str, Any], model) ->
         if got != expected:
             evidence.append({"schedule": name, "history": got, "model": expected})
     return CheckResult("processor-history", HISTORY_ROWS, not evidence, evidence, rows)
+
+
+BESIDE_BARRIER = rule_of(
+    "beside-barrier-reached",
+    "harness: a step planned beside a held barrier (`during`) ran while the implementation was held there; in the "
+    "fault-free run the barrier must be reached at the planned hit (a fault may stop the pass before it: the step "
+    "then runs after the pass)")
+
+
+def beside_barrier_reached(outcomes: list[dict], *, faulted: bool) -> CheckResult:
+    """Every `during` step of the fault-free run met its barrier: otherwise it proved nothing about the order."""
+    evidence = [] if faulted else [o for o in outcomes if o["outcome"] == "barrier-not-reached"]
+    return CheckResult("beside-barrier-reached", BESIDE_BARRIER, not evidence, evidence, len(outcomes))
+
+
+LOCKED_FENCE = rule_of(
+    "fence-locked-beside-decision",
+    "Before evaluating a due Schedule, the scoped processor compares its persisted runtime epoch and scope "
+    "generation with the active store epoch and locked scope generation. (A scope-generation change that "
+    "committed while a decision was held before its commit fences that decision: in that step nothing is "
+    "decided or linked for a schedule the change fenced, and no cursor moves.)")
+
+
+def fence_locked_beside(observations: list[tuple[int, dict]], outcomes: list[dict]) -> CheckResult | None:
+    """For each `during` step that changed the scope generation while a decision was held: the state seen after
+    that step against the one before it, for every schedule the model holds fenced (None: no such step)."""
+    steps = {o["step"] - 1 for o in outcomes if o["op"] == "advance-scope-generation" and o["outcome"] == "committed"}
+    if not steps:
+        return None
+    evidence, rows = _acted_past_fences([(a, b) for a, b in _consecutive(observations) if b[0] in steps])
+    return CheckResult("fence-locked-beside-decision", LOCKED_FENCE, not evidence, evidence, rows)

@@ -36,6 +36,7 @@ class ServerClock:
         self.path = Path(path)
         self._owner = owner
         self._offset = 0.0
+        self._frozen: datetime | None = None
         self.cache_seconds = cache_seconds
         self._write(0.0, settle=False)  # no server reads the file yet
 
@@ -55,14 +56,38 @@ class ServerClock:
         return self.cache_seconds + 1.0 if self.cache_seconds else 0.0
 
     def _write(self, seconds: float, *, settle: bool = True) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(f"{seconds:+.6f}\n")
-        if self._owner:
-            os.chown(tmp, *self._owner)
-        os.replace(tmp, self.path)  # atomic: a reader never sees half an offset
+        self._frozen = None
+        self._put(f"{seconds:+.6f}")
         self._offset = seconds
         if settle:
             time.sleep(self.settle_seconds)
+
+    def _put(self, text: str) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(text + "\n")
+        if self._owner:
+            os.chown(tmp, *self._owner)
+        os.replace(tmp, self.path)  # atomic: a reader never sees half an offset
+
+    def freeze(self, when: datetime) -> None:
+        """Stop the server's clock at `when` (a whole second: libfaketime's absolute time stands still there)
+        until the next move; every transaction meanwhile reads that very instant."""
+        when = utc(when)
+        if when.microsecond:
+            raise ValueError(f"a frozen clock stands on a whole second, not {when.isoformat()}")
+        self._put(when.strftime("%Y-%m-%d %H:%M:%S"))
+        self._frozen = when
+        self._offset = when.timestamp() - time.time()
+        time.sleep(self.settle_seconds)
+
+    def unfreeze(self) -> None:
+        """Let a frozen clock run again from the instant it stands on."""
+        if self._frozen is not None:
+            self.set_time(self._frozen)
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen is not None
 
     @property
     def offset(self) -> timedelta:
@@ -70,13 +95,22 @@ class ServerClock:
 
     def now(self) -> datetime:
         """The server's wall time as the harness computes it (the server's own reading is authoritative)."""
+        if self._frozen is not None:
+            return self._frozen
         return datetime.fromtimestamp(time.time() + self._offset, timezone.utc)
 
     def set_offset(self, offset: timedelta) -> None:
         self._write(offset.total_seconds())
 
     def shift(self, delta: timedelta) -> None:
-        """Jump forward (positive) or backward (negative) from where the clock stands now."""
+        """Jump forward (positive) or backward (negative) from where the clock stands now (a frozen clock stays
+        frozen, at the moved instant, when that is a whole second)."""
+        if self._frozen is not None:
+            if not (self._frozen + delta).microsecond:
+                self.freeze(self._frozen + delta)
+            else:
+                self.set_time(self._frozen + delta)
+            return
         self._write(self._offset + delta.total_seconds())
 
     def set_time(self, when: datetime) -> None:
@@ -96,7 +130,8 @@ class NoClock:
     def _refuse(self, *_args, **_kwargs):
         raise ClockUnavailable(f"server clock control unavailable: {self.reason}")
 
-    set_offset = shift = set_time = reset = _refuse
+    set_offset = shift = set_time = reset = freeze = unfreeze = _refuse
+    frozen = False
 
     @property
     def offset(self) -> timedelta:

@@ -3,6 +3,8 @@ inject the planned fault at the planned barrier hit, recover, and judge the dura
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import shlex
 import sys
 import threading
@@ -15,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from barriers import BY_NAME
-from scenarios.model import T0, Scenario, Step, relative, spec_to_wire
+from scenarios.model import T0, Scenario, Step, relative
+from scenarios.steps import STEPS, during_step
 
 from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
-                     client_outcomes, coalesced_forward, equivalence, expectations, fence_seen, history_agreement,
+                     beside_barrier_reached, client_outcomes, coalesced_forward, fence_locked_beside, equivalence, expectations, fence_seen, history_agreement,
                      idle_cursor, late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
                      universal, vacuity)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
-from .identity import expected_work
+from .identity import expected_work, instant_text
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
 from .model import Generation, Model
 from .state import read_state
@@ -44,6 +47,10 @@ FALLBACK_PAUSE_S = 0.3
 # Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
 # retries): a program that dies at every start ends its case here instead of being restarted without end.
 MAX_STARTS = 8
+# How long a step run beside a held barrier may wait for its locks before it counts as waiting for the held
+# transaction. The host cancels it itself: PostgreSQL's own lock_timeout and statement_timeout never fire once
+# libfaketime has moved the server clock (seen here: a lock wait under lock_timeout = 500ms outlived 60 s).
+BESIDE_WAIT_S = 0.5
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -89,6 +96,7 @@ class CaseOutcome:
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
     logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
+    measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
 
     def to_json(self) -> dict:
         found = {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
@@ -96,6 +104,8 @@ class CaseOutcome:
                  "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
                  "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
                  "operations": self.operations, "logs": self.logs}
+        if self.measurements:
+            found["measurements"] = self.measurements
         if self.verdict == "error":
             found["cause"] = self.cause or "harness"
         return found
@@ -137,6 +147,12 @@ class CaseRun:
         # barrier where the fault fired during it, to judge a `fail` against what the verifier knows committed.
         self.answers: list[dict] = []
         self._asking: dict[str, dict] = {}
+        self._freeze_next = False  # a set-clock step froze the clock for the step after it
+        self._beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
+        self.beside_outcomes: list[dict] = []
+        self.snapshots: dict[str, tuple] = {}  # name -> (store snapshot, model)
+        self.restores: list[dict] = []
+        self.restored_at_step = False  # the step just run restored the store: its observation starts afresh
 
     @property
     def owner(self) -> KeptSession:
@@ -169,6 +185,7 @@ class CaseRun:
         return impl
 
     def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
+        self._run_beside(impl, name)
         with self._lock:
             armed = self.injection is None and self.plan.fault is not None
             if armed:
@@ -274,7 +291,10 @@ class CaseRun:
                                             "fenced": {str(self.schedule_ids[name]): s.suspension
                                                        for name, s in self.model.schedules.items()
                                                        if s.lifecycle == "suspended" and s.suspension in FENCE_REASONS
-                                                       and name in self.schedule_ids}}))
+                                                       and name in self.schedule_ids},
+                                            # a restore put older rows back: not a move of this timeline
+                                            "restored": self.restored_at_step}))
+        self.restored_at_step = False
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
         """Dispatch rows with their timing (one schedule's, or all)."""
@@ -421,35 +441,43 @@ class CaseRun:
                                                    (work_id,)).fetchone()))
 
     def step(self, step: Step) -> None:
+        """One step of the timeline, run by its kind (scenarios/steps.py)."""
         self.note("step", index=step.index, op=step.op, args={k: v for k, v in step.args.items() if k != "spec"})
-        args = step.args
-        if step.op == "advance":
-            self.advance(timedelta(seconds=args["seconds"]))
-            return
-        if step.op in ("advance-epoch", "advance-scope-generation"):
-            (self.model.advance_epoch if step.op == "advance-epoch" else self.model.advance_scope_generation)()
-            sql = ("select appsurface_durable.advance_runtime_epoch()" if step.op == "advance-epoch"
-                   else f"select appsurface_durable.advance_scope_generation('{SCOPE}')")
-            with self.owner() as conn:
-                conn.execute(sql)
-            return
-        if step.op == "drain":
-            self.drain(self.impls["A"])
-            return
-        if step.op == "plant-work":
-            self.plant_work(args)
-            return
-        if step.op in ("process", "race"):
-            labels = ["A", "B"] if step.op == "race" else [args.get("processor", "A")]
-            for label in labels:
-                if label not in self.impls:
-                    self.impls[label] = self.start_implementation(label)
-            request = {"maximum_schedules": args.get("maximum_schedules", 1),
-                       "lease_seconds": args.get("lease_seconds", self.scenario.lease_seconds)}
-            for key in ("cancel_after", "lease_owner"):
-                if key in args:
-                    request[key] = args[key]
-            if "expect" in args:  # a pass the scenario expects an answer of, e.g. a refused lease
+        frozen, self._freeze_next = self._freeze_next, False
+        try:
+            STEPS[step.op].run(self, step)
+        finally:
+            if frozen:  # it stood still for this step alone, and runs on from where it stands
+                self.world.clock.unfreeze()
+                self.note("clock", unfrozen_at=instant_text(self.world.clock.now()))
+
+    @property
+    def scope(self) -> str:
+        return SCOPE
+
+    def set_clock(self, when: datetime, *, freeze: bool) -> None:
+        """The server clock at `when`; frozen there for the next step when asked (the step after this one)."""
+        if freeze:
+            self.world.clock.freeze(when)
+            self._freeze_next = True
+        else:
+            self.world.clock.set_time(when)
+        self.ensure_partitions()
+        self.note("clock", set_to=instant_text(when), frozen=freeze)
+
+    def run_pass(self, step: Step, labels: list[str], request: dict) -> None:
+        """A process-due request to each labelled copy (at once when several), with the model's pass; a pass
+        with `during` runs that step beside its held barrier and orders the model by what the step did."""
+        for label in labels:
+            if label not in self.impls:
+                self.impls[label] = self.start_implementation(label)
+        cutoff = self.world.clock.now()
+        model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
+        beside = during_step(step)
+        if beside is not None:
+            self._beside = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0, "outcome": None}
+        try:
+            if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
                 before = self._dispatch_rows()
                 response = self._ask(self.impls[labels[0]], "process-due", request)
                 self._record(response, "process-due", labels[0])
@@ -458,65 +486,160 @@ class CaseRun:
                                        if response.outcome == "fail" and before != after else {})
                 self.client_outcomes.append((step, response, refused_but_changed))
                 if step.expected_outcome == "ok":
-                    self.model.pass_(self.world.clock.now(), request["maximum_schedules"])
-                return
-            self.model.pass_(self.world.clock.now(),
-                             min(request["maximum_schedules"], args.get("cancel_after", 1 << 30)) * len(labels))
-            if len(labels) == 1:
-                self._respond(self.impls[labels[0]], "process-due", request)
+                    self.model.pass_(cutoff, request["maximum_schedules"])
             else:
-                threads = [threading.Thread(target=self._respond, args=(self.impls[l], "process-due", request))
-                           for l in labels]
-                self.concurrent = True
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                self.concurrent = False
-            return
-        if step.op == "complete-work":
-            work_id = self._nth_work(args["schedule"], args.get("nth", -1))
-            if work_id is None:
-                self.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
-                return
-            self._record(self._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
-            self.model.work(args["schedule"], args.get("nth", -1), args["state"])
-            return
-        schedule_id = str(self.schedule_ids[args["schedule"]])
-        request = {"schedule_id": schedule_id}
-        if "spec" in args:
-            request["spec"] = spec_to_wire(args["spec"])
-        if step.op != "create":
-            request["expected_revision"] = self._revision(args["schedule"])
-        op = {"release": "release-after-recovery"}.get(step.op, step.op)
-        response = self._client_op(op, request)
-        self._record(response, op)
-        self.client_outcomes.append((step, response, {}))
-        if response.outcome == "ok":
-            self._model_client_step(step)
+                if beside is None:  # the model first: a fault's recovery inside this step drains on top of it
+                    self.model.pass_(cutoff, model_limit)
+                if len(labels) == 1:
+                    self._respond(self.impls[labels[0]], "process-due", request)
+                else:
+                    threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
+                               for label in labels]
+                    self.concurrent = True
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
+                        thread.join()
+                    self.concurrent = False
+                if beside is not None:
+                    self._after_beside(cutoff, model_limit)
+        finally:
+            self._beside = None
 
-    def _model_client_step(self, step: Step) -> None:
-        """The model takes the same command; a new generation's acceptance time is the server's, read back."""
-        name = step.args["schedule"]
-        if step.op in ("create", "update"):
-            with self.owner() as conn:
-                row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
-                                   "order by generation desc limit 1", (self.schedule_ids[name],)).fetchone()
-            spec = step.args["spec"]
-            generation = Generation(
-                1, spec["kind"], row["accepted_at_utc"],
-                at=relative(spec["at"]) if "at" in spec else None,
-                after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
-                every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
-                anchor=(relative(spec["anchor"]) if "anchor" in spec else row["accepted_at_utc"])
-                if spec["kind"] == "every" else None,
-                misfire=spec.get("misfire_policy", "run-once"),
-                window=timedelta(seconds=spec.get("safety_window_s", 3600)))
-            (self.model.create if step.op == "create" else self.model.update)(name, generation)
-        elif step.op == "delete":
-            self.model.delete(name)
-        elif step.op == "release":
-            self.model.release(name)
+    def _after_beside(self, cutoff: datetime, model_limit: int) -> None:
+        """The model in the order the held pass and the step beside it took: a step that committed while the
+        pass was held came first (the pass had to see it: a fence, or a lock it waited for); one that waited for
+        the pass's locks, or never met its barrier (a fault came first), runs now, after the pass."""
+        beside = self._beside
+        if beside["outcome"] != "committed":
+            self.model.pass_(cutoff, model_limit)
+            self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"],
+                      outcome=beside["outcome"] or "barrier-not-reached", then="runs after the pass")
+            STEPS[beside["step"].op].run(self, beside["step"])
+        else:
+            self.model.pass_(cutoff, model_limit)
+        self.beside_outcomes.append({"step": beside["step"].index + 1, "op": beside["step"].op,
+                                     "barrier": beside["barrier"], "hit": beside["hit"],
+                                     "outcome": beside["outcome"] or "barrier-not-reached"})
+
+    def _run_beside(self, impl: Implementation, name: str) -> None:
+        """At the planned hit of a pass's `during` barrier: the step, from the host's own session."""
+        beside = self._beside
+        if beside is None or beside["outcome"] is not None or name != beside["barrier"]:
+            return
+        beside["seen"] += 1
+        if beside["seen"] != beside["hit"]:
+            return
+        step = beside["step"]
+        beside["outcome"] = STEPS[step.op].run_beside(self, step)
+        self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])
+
+    def owner_beside(self, sql: str, params: tuple = ()) -> bool:
+        """One statement as the migration owner in a session of its own, given BESIDE_WAIT_S to take its locks:
+        True when it committed, False when it waited that long (for the implementation's held transaction)."""
+        import psycopg
+
+        with psycopg.connect(self.store.owner_dsn, autocommit=True) as conn, _cancelled_after(conn) as waited:
+            try:
+                conn.execute(sql, params)
+                return True
+            except psycopg.errors.QueryCanceled:
+                if waited():
+                    return False
+                raise
+
+    def fallback_beside(self, op: str, args: dict) -> Response | None:
+        """A schedule command through the reference client in a session of its own (the implementation is held
+        and answers nothing meanwhile), given BESIDE_WAIT_S to take its locks: its response, or None when it
+        waited that long. The step is the host's, like every fallback."""
+        import psycopg
+
+        from reference import ScheduleClient
+        from reference.errors import DurableError
+
+        self.fallbacks.add(f"{op} (beside a held barrier)")
+        saved = self._fallback_client
+        client = None
+        try:
+            client = self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE,
+                                                            deadline=DEADLINE_S + BESIDE_WAIT_S)
+            with _cancelled_after(client.session.conn) as waited:
+                try:
+                    return self._fallback_call(op, args, uuid.uuid4())
+                except (DurableError, psycopg.Error) as exc:
+                    if waited():
+                        return None
+                    raise FallbackFailed(f"harness fallback could not run {op} beside the held barrier: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._fallback_client = saved
+            if client is not None:
+                client.close()
+
+    # -- backup and restore -------------------------------------------------------------------------------
+
+    def take_snapshot(self, name: str) -> None:
+        """Every row of the store in one snapshot, with the model as it stands, for a later restore."""
+        from .store import Snapshot
+
+        self.snapshots[name] = (Snapshot.of(self.store), copy.deepcopy(self.model))
+        self.note("snapshot", name=name, rows={table: len(rows) for table, rows in self.snapshots[name][0].rows.items()})
+
+    def restore_snapshot(self, name: str) -> None:
+        """As an operator restores a backup: the processors stop, the store's rows go back to the snapshot, the
+        model with them; the clock goes on. What each instant's Work identity was before is kept for the drill's
+        measurement."""
+        from .store import reset_store
+
+        snapshot, model = self.snapshots[name]
+        before = self.instant_identities()
+        for label, impl in list(self.impls.items()):
+            impl.stop()
+        self._close_fallbacks()
+        reset_store(self.store, snapshot)
+        self.model = copy.deepcopy(model)
+        self._partitioned_month = None
+        self.ensure_partitions()
+        self.restored_at_step = True
+        self.restores.append({"snapshot": name, "before": before})
+        for label in list(self.impls):
+            self.impls[label] = self.start_implementation(label)
+        self.note("restore", name=name, instants_with_work=len(before))
+
+    def instant_identities(self) -> dict[tuple[str, str], str]:
+        """Per (schedule name, nominal instant) covered by a linked occurrence: the Work ID it was accepted under."""
+        from .checks import _timing
+
+        with self.owner() as conn:
+            state = read_state(conn)
+        names = {str(schedule_id): name for name, schedule_id in self.schedule_ids.items()}
+        found = {}
+        for o in state.occurrences:
+            if o["work_id"] is None:
+                continue
+            generation = _timing(state.generation(o["schedule_id"], o["generation"]))
+            for instant in generation.instants_between(o["first_nominal_utc"] - timedelta(microseconds=1),
+                                                       o["last_nominal_utc"]):
+                found[(names.get(str(o["schedule_id"]), str(o["schedule_id"])), instant_text(instant))] = \
+                    str(o["work_id"])
+        return found
+
+    def restore_measurements(self) -> list[dict]:
+        """For each restore: of the instants that had Work before it, how many have Work under another identity
+        now, the same identity, or none (the spec accepts a changed identity after a restore; auditors count it)."""
+        if not self.restores:
+            return []
+        now = self.instant_identities()
+        out = []
+        for restore in self.restores:
+            before = restore["before"]
+            same = sum(1 for key, work in before.items() if now.get(key) == work)
+            other = sorted(key for key, work in before.items() if key in now and now[key] != work)
+            out.append({"snapshot": restore["snapshot"], "instants_with_work_before_restore": len(before),
+                        "same_work_identity": same, "another_work_identity": len(other),
+                        "without_work_now": len(before) - same - len(other),
+                        "reidentified": [{"schedule": k[0], "instant": k[1]} for k in other[:20]]})
+        return out
 
     def _respond(self, impl: Implementation, op: str, request: dict) -> None:
         try:
@@ -659,6 +782,14 @@ class CaseRun:
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
+            if self.beside_outcomes:
+                checks.append(beside_barrier_reached(self.beside_outcomes, faulted=self.plan.fault is not None))
+                locked = fence_locked_beside(self.coalesced_seen, self.beside_outcomes)
+                if locked is not None:
+                    checks.append(locked)
+            drills = self.restore_measurements()
+            if drills:
+                outcome.measurements["restore-drills"] = drills
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,
@@ -706,6 +837,26 @@ class CaseRun:
                 store_pool(self.world, self.migrations).give_back(self.store)
         except Exception:  # noqa: BLE001 - teardown must not mask the verdict
             pass
+
+
+@contextlib.contextmanager
+def _cancelled_after(conn, seconds: float = BESIDE_WAIT_S):
+    """Cancel whatever `conn` runs once `seconds` passed; yields a function telling whether it did."""
+    fired = threading.Event()
+
+    def cancel() -> None:
+        fired.set()
+        try:
+            conn.cancel()
+        except Exception:  # noqa: BLE001 - a connection that ended meanwhile has nothing left to cancel
+            pass
+
+    timer = threading.Timer(seconds, cancel)
+    timer.start()
+    try:
+        yield fired.is_set
+    finally:
+        timer.cancel()
 
 
 def protocol_json(value: Any) -> Any:

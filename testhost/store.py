@@ -286,7 +286,9 @@ class Snapshot:
 
     @classmethod
     def of(cls, store: Store) -> "Snapshot":
-        with store.admin() as conn:
+        with store.admin() as conn, conn.transaction():
+            # One snapshot of every table: a backup taken while a processor could still write is consistent.
+            conn.execute("set transaction isolation level repeatable read")
             relations = conn.execute(_USER_RELATIONS).fetchall()
             tables = [name for name, kind, _ in relations if kind in ("r", "p")]
             rows = {}

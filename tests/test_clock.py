@@ -111,3 +111,32 @@ def test_a_negative_clock_cache_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="cache_seconds"):
         ServerClock(tmp_path / "clock", cache_seconds=-1)
+
+
+def test_a_frozen_clock_stands_still_for_every_connection_then_runs_on_from_there(fresh_world):
+    clock = fresh_world.clock
+    when = datetime(2031, 3, 3, 0, 1, tzinfo=timezone.utc)
+    clock.freeze(when)
+    assert clock.frozen and clock.now() == when
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        first = _server_times(conn)
+        conn.execute("select pg_sleep(0.3)")
+        second = _server_times(conn)
+    assert first == second == (when, when)
+    clock.shift(timedelta(seconds=2))  # a move keeps a frozen clock frozen, at the moved instant
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        assert _server_times(conn) == (when + timedelta(seconds=2),) * 2
+    clock.unfreeze()
+    assert not clock.frozen
+    with psycopg.connect(fresh_world.admin_dsn(), autocommit=True) as conn:
+        start, _ = _server_times(conn)
+        conn.execute("select pg_sleep(0.2)")
+        later, _ = _server_times(conn)
+    assert when + timedelta(seconds=2) <= start < when + timedelta(seconds=3)
+    assert later - start >= timedelta(seconds=0.2)
+
+
+def test_a_frozen_clock_stands_on_a_whole_second(fresh_world):
+    with pytest.raises(ValueError, match="whole second"):
+        fresh_world.clock.freeze(datetime(2031, 3, 3, 0, 1, 0, 500, tzinfo=timezone.utc))
+    assert not fresh_world.clock.frozen

@@ -29,6 +29,27 @@ def test_catalog_has_at_least_twenty_scenarios_covering_the_required_ground():
     ('steps = [', "not valid TOML"),
     ('description = "x"\n', "no steps"),
     ('[[steps]]\nop = "drain"\n[expect.b]\nworks = 1\n', "expectations for 'b'"),
+    # the registry's own checks: booleans are no numbers, choices, files and snapshots, the scenario's own fields
+    ('[[steps]]\nop = "advance"\nseconds = true\n', "seconds has the wrong type"),
+    ('[[steps]]\nop = "plant-work"\nschedule = "a"\nfirst = "+1s"\n', "used before it is created"),
+    ('[[steps]]\nop = "restore"\nname = "nightly"\n', "no snapshot named 'nightly'"),
+    ('[[steps]]\nop = "snapshot"\nname = "n"\n[[steps]]\nop = "snapshot"\nname = "n"\n', "taken already"),
+    ('[[steps]]\nop = "set-clock"\nat = "+1.5s"\nfreeze = true\n', "whole second"),
+    ('[[steps]]\nop = "set-clock"\nat = "noon"\n', r"at: time 'noon' must look like"),
+    ('[[steps]]\nop = "process"\nexpect = "maybe"\n', "expect must be one of ok, fail"),
+    ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-link-after-commit", op = "update" }\n',
+     "during.barrier must be one of schedule-claim-before-commit"),
+    ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-decision-before-commit", op = "drain" }\n',
+     "during.op must be one of update, delete, advance-scope-generation"),
+    ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-decision-before-commit", op = "delete" }\n',
+     "during: delete needs schedule"),
+    ('[[steps]]\nop = "drain"\nwhen = 1\n', "drain takes no when"),
+    ('title = "x"\n[[steps]]\nop = "drain"\n', "the scenario has no field title"),
+    ('[[steps]]\nop = "create"\nschedule = "a"\nspec = { kind = "at", at = "+1s" }\n[expect.a]\nworks = "one"\n',
+     "expect.a.works has the wrong type"),
+    ('[[steps]]\nop = "create"\nschedule = "a"\nspec = { kind = "at", at = "+1s" }\n[expect.a]\n'
+     'occurrences = [{ generation = 1, kind = "nominal", first = "+1s", last = "+1s", state = "done" }]\n',
+     r"expect.a.occurrences\[1\].state must be one of pending, materialized, superseded"),
 ])
 def test_malformed_scenarios_are_refused_clearly(text, message):
     with pytest.raises(ScenarioError, match=message) as caught:
@@ -56,3 +77,23 @@ def test_a_catalog_folder_replaces_or_joins_the_built_in_one_and_names_the_file_
     (tmp_path / "broken.toml").write_text('x = 1\n[[steps]\nop = "drain"\n')
     with pytest.raises(ScenarioError, match=str(tmp_path / "broken.toml") + r": not valid TOML: .*line 2"):
         load_catalog([tmp_path])
+
+
+def test_an_error_names_the_line_of_its_step(tmp_path):
+    text = 'description = "x"\n\n[[steps]]\nop = "drain"\n\n[[steps]]\nop = "advance"\nseconds = "ten"\n'
+    with pytest.raises(ScenarioError) as caught:
+        parse("bad", text, origin="our/bad.toml")
+    assert str(caught.value).startswith("our/bad.toml:6: step 2: seconds has the wrong type (str")
+
+
+def test_docs_scenarios_md_is_rendered_from_the_registry_and_every_example_parses():
+    from scenarios.render import PAGE, render
+    from scenarios.steps import STEPS
+
+    assert PAGE.read_text() == render(), "docs/scenarios.md is stale: run `python -m scenarios.render`"
+    for op, kind in STEPS.items():
+        example = parse(f"example-{op}", kind.example)
+        assert op in [step.op for step in example.steps], f"the example of {op} does not use it"
+        for field in kind.fields:
+            assert f"| `{field.name}` |" in PAGE.read_text()
+

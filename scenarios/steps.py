@@ -1,0 +1,880 @@
+"""The scenario language: every step kind with its fields, validation, documentation, model update and run.
+
+A kind is one class registered in STEPS. Parsing (scenarios/model.py) validates a file against the kinds,
+docs/scenarios.md is rendered from them (scenarios/render.py), and the TestHost runs a step by handing it to its
+kind, so adding a step touches this file alone. A kind's `run` acts through the case it is given (testhost's
+CaseRun: the clock, the implementation, the fallbacks, the model of Gate A); nothing here imports testhost at
+import time, so the language can be read, checked and documented without a world.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .errors import StepError, TimeError
+from .times import relative
+
+if TYPE_CHECKING:
+    from testhost.runner import CaseRun
+
+    from .model import Step
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a step (or of an expectation): its name, the TOML types it takes and what it means."""
+
+    name: str
+    types: tuple[type, ...]
+    meaning: str
+    required: bool = False
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def type_name(self) -> str:
+        names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "table", list: "array"}
+        shown = " or ".join(names[t] for t in self.types if not (t is int and float in self.types))
+        return shown + (f" ({' / '.join(map(str, self.choices))})" if self.choices else "")
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, bool) and bool not in self.types:
+            return False  # TOML's true is no number of seconds
+        return isinstance(value, self.types)
+
+
+@dataclass
+class Context:
+    """What validation knows from the steps before the one it checks."""
+
+    created: set[str] = field(default_factory=set)
+    snapshots: set[str] = field(default_factory=set)
+
+
+SCHEDULE = Field("schedule", (str,), "the scenario's own name for the schedule: `create` gives it, later steps and "
+                 "expectations use it", required=True)
+SPEC = Field("spec", (dict,), "the schedule definition, in the adapter protocol's form (see \"Definitions\" below; "
+             "`at` and `anchor` are scenario times)", required=True)
+EXPECT = Field("expect", (str,), "the answer the step must get; without it the step may get any answer",
+               choices=("ok", "fail"))
+PROBLEM = Field("problem", (str,), "with `expect = \"fail\"`: how the problem type must end (e.g. `conflict`)")
+RULE = Field("rule", (str,), "with `expect`: the spec sentence the answer pins; the check that judges the step "
+             "names it")
+ANSWER_FIELDS = (EXPECT, PROBLEM, RULE)
+LEASE_SECONDS = Field("lease_seconds", (int, float), "the lease the pass asks for (default: the scenario's "
+                      "`lease_seconds`)")
+LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass claims under (default: the "
+                    "implementation's own)")
+MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass (default 1)")
+CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many leases (before the next one)")
+# Where a step may run beside a held pass: before the decision commits, so the step comes wholly before the pass's
+# effects or wholly after them (a barrier after the decision's commit would split the pass in two for the model).
+BESIDE_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit")
+DURING = Field("during", (dict,), "a step the host runs from its own session while the implementation is held at "
+               "a barrier of this pass (see \"Steps beside a held barrier\")")
+
+
+class StepKind:
+    """One kind of step. Subclasses set the class attributes and override `validate` and `run`."""
+
+    op: ClassVar[str]
+    summary: ClassVar[str]
+    fields: ClassVar[tuple[Field, ...]] = ()
+    example: ClassVar[str]  # a whole scenario file that uses the step
+    # May run beside a held barrier (`during`): its order against the held transaction is one the spec decides.
+    beside_barrier: ClassVar[bool] = False
+
+    def validate(self, args: dict[str, Any], context: Context) -> None:
+        """Checks beyond the fields' types; raises StepError."""
+
+    def run(self, case: "CaseRun", step: "Step") -> None:
+        raise NotImplementedError
+
+    def run_beside(self, case: "CaseRun", step: "Step") -> str:
+        """Run from the host's own session (lock timeout) while an implementation is held: `committed`, or
+        `waited` when the step could not take its locks (it then runs again once the pass is over)."""
+        raise NotImplementedError
+
+
+STEPS: dict[str, StepKind] = {}
+
+
+def step_kind(cls: type[StepKind]) -> type[StepKind]:
+    STEPS[cls.op] = cls()
+    return cls
+
+
+def _times_of(spec: dict) -> None:
+    for key in ("at", "anchor"):
+        if key in spec:
+            if not isinstance(spec[key], str):
+                raise StepError(f"spec.{key} must be a scenario time such as \"+90s\"")
+            try:
+                relative(spec[key])
+            except TimeError as exc:
+                raise StepError(f"spec.{key}: {exc}") from None
+
+
+def _choose(values: list, nth: int) -> Any:
+    index = nth - 1 if nth > 0 else nth
+    return values[index] if -len(values) <= index < len(values) else None
+
+
+# -- client steps -------------------------------------------------------------------------------------------
+
+class ClientStep(StepKind):
+    """A schedule command through the implementation (or the host's fallback when it does not offer it)."""
+
+    operation: ClassVar[str]
+
+    def request(self, case: "CaseRun", step: "Step") -> dict:
+        request = {"schedule_id": str(case.schedule_ids[step.args["schedule"]])}
+        if "spec" in step.args:
+            request["spec"] = spec_to_wire(step.args["spec"])
+        if self.operation != "create":
+            request["expected_revision"] = case._revision(step.args["schedule"])
+        return request
+
+    def run(self, case, step):
+        response = case._client_op(self.operation, self.request(case, step))
+        case._record(response, self.operation)
+        case.client_outcomes.append((step, response, {}))
+        if response.outcome == "ok":
+            self.model(case, step)
+
+    def run_beside(self, case, step):
+        response = case.fallback_beside(self.operation, self.request(case, step))
+        if response is None:
+            return "waited"
+        case._record(response, f"{self.operation} (beside the held barrier)")
+        case.client_outcomes.append((step, response, {}))
+        if response.outcome == "ok":
+            self.model(case, step)
+        return "committed"
+
+    def model(self, case: "CaseRun", step: "Step") -> None:
+        raise NotImplementedError
+
+
+class DefinitionStep(ClientStep):
+    fields = (SCHEDULE, SPEC) + ANSWER_FIELDS
+
+    def validate(self, args, context):
+        _times_of(args["spec"])
+
+    def model(self, case, step):
+        """The model takes the same command; a new generation's acceptance time is the server's, read back."""
+        from testhost.model import Generation
+
+        name, spec = step.args["schedule"], step.args["spec"]
+        with case.owner() as conn:
+            row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
+                               "order by generation desc limit 1", (case.schedule_ids[name],)).fetchone()
+        generation = Generation(
+            1, spec["kind"], row["accepted_at_utc"],
+            at=relative(spec["at"]) if "at" in spec else None,
+            after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
+            every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
+            anchor=(relative(spec["anchor"]) if "anchor" in spec else row["accepted_at_utc"])
+            if spec["kind"] == "every" else None,
+            misfire=spec.get("misfire_policy", "run-once"),
+            window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+        (case.model.create if self.operation == "create" else case.model.update)(name, generation)
+
+
+@step_kind
+class Create(DefinitionStep):
+    op = operation = "create"
+    summary = "Create a schedule (the client's create command). Its identity is derived from the scenario's name."
+    example = '''description = "An At schedule fires once."
+[[steps]]
+op = "create"
+schedule = "launch"
+spec = { kind = "at", at = "+90s", target = { command = "launch" } }
+
+[[steps]]
+op = "advance"
+seconds = 91
+
+[[steps]]
+op = "process"
+
+[expect.launch]
+works = 1
+'''
+
+
+@step_kind
+class Update(DefinitionStep):
+    op = operation = "update"
+    summary = ("Update a schedule with its current revision: a new generation supersedes the pending occurrences "
+               "of older ones.")
+    beside_barrier = True
+    example = '''description = "An update makes generation 2."
+[[steps]]
+op = "create"
+schedule = "sync"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "sync-v1" } }
+
+[[steps]]
+op = "update"
+schedule = "sync"
+spec = { kind = "every", every_s = 30, anchor = "+0s", target = { command = "sync-v2" } }
+
+[expect.sync]
+occurrences = []
+'''
+
+
+@step_kind
+class Delete(ClientStep):
+    op = operation = "delete"
+    summary = "Delete a schedule with its current revision; deletion is terminal for the schedule's identity."
+    fields = (SCHEDULE,) + ANSWER_FIELDS
+    beside_barrier = True
+    example = '''description = "A deleted schedule cannot be updated."
+[[steps]]
+op = "create"
+schedule = "invoice"
+spec = { kind = "at", at = "+60s", target = { command = "invoice" } }
+
+[[steps]]
+op = "delete"
+schedule = "invoice"
+
+[[steps]]
+op = "update"
+schedule = "invoice"
+spec = { kind = "at", at = "+120s", target = { command = "invoice" } }
+expect = "fail"
+
+[expect.invoice]
+lifecycle = "deleted"
+'''
+
+    def model(self, case, step):
+        case.model.delete(step.args["schedule"])
+
+
+@step_kind
+class Release(ClientStep):
+    op = "release"
+    operation = "release-after-recovery"
+    summary = "ReleaseAfterRecovery with the current revision: rebinds a schedule suspended for an old runtime epoch."
+    fields = (SCHEDULE,) + ANSWER_FIELDS
+    example = '''description = "A schedule fenced by a new runtime epoch is released."
+[[steps]]
+op = "create"
+schedule = "ledger"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "ledger" } }
+
+[[steps]]
+op = "advance-epoch"
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "release"
+schedule = "ledger"
+
+[expect.ledger]
+lifecycle = "active"
+'''
+
+    def model(self, case, step):
+        case.model.release(step.args["schedule"])
+
+
+# -- the clock ---------------------------------------------------------------------------------------------
+
+@step_kind
+class Advance(StepKind):
+    op = "advance"
+    summary = "Move the server clock by a number of seconds (negative: backwards); it keeps running from there."
+    fields = (Field("seconds", (int, float), "how far to move the clock", required=True),)
+    example = '''description = "Time passes."
+[[steps]]
+op = "create"
+schedule = "tick"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "tick" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[expect.tick]
+works = 1
+'''
+
+    def run(self, case, step):
+        case.advance(timedelta(seconds=step.args["seconds"]))
+
+
+@step_kind
+class SetClock(StepKind):
+    op = "set-clock"
+    summary = ("Set the server clock to a scenario time. With `freeze = true` the clock stands still at that "
+               "instant for the next step (every transaction of that step reads that very instant), then runs on "
+               "from it.")
+    fields = (Field("at", (str,), "the scenario time, e.g. `+60s`", required=True),
+              Field("freeze", (bool,), "stop the clock there for the next step (default false)"))
+    example = '''description = "An update that commits exactly at a nominal instant."
+[[steps]]
+op = "create"
+schedule = "job"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "job-v1" } }
+
+[[steps]]
+op = "set-clock"
+at = "+60s"
+freeze = true
+
+[[steps]]
+op = "update"
+schedule = "job"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "job-v2" } }
+
+[[steps]]
+op = "advance"
+seconds = 1
+
+[[steps]]
+op = "process"
+
+[expect.job]
+occurrences = []
+'''
+
+    def validate(self, args, context):
+        try:
+            when = relative(args["at"])
+        except TimeError as exc:
+            raise StepError(f"at: {exc}") from None
+        if args.get("freeze") and when.microsecond:
+            raise StepError("at: a frozen clock stands on a whole second (libfaketime's absolute time)")
+
+    def run(self, case, step):
+        case.set_clock(relative(step.args["at"]), freeze=step.args.get("freeze", False))
+
+
+# -- processing ----------------------------------------------------------------------------------------------
+
+class Pass(StepKind):
+    """A process-due request to one processor (`process`) or to two at once (`race`)."""
+
+    def labels(self, step: "Step") -> list[str]:
+        raise NotImplementedError
+
+    def validate(self, args, context):
+        if "during" in args:
+            during = args["during"]
+            if during.get("barrier") not in BESIDE_BARRIERS:
+                raise StepError(f"during.barrier must be one of {', '.join(BESIDE_BARRIERS)} (a barrier before the "
+                                f"decision commits: the model orders the step before or after the whole pass)")
+            if not isinstance(during.get("hit", 1), int) or isinstance(during.get("hit"), bool) \
+                    or during.get("hit", 1) < 1:
+                raise StepError("during.hit must be a whole number from 1")
+            inner = {k: v for k, v in during.items() if k not in ("barrier", "hit")}
+            kind = STEPS.get(inner.get("op"))
+            if kind is None or not kind.beside_barrier:
+                allowed = ", ".join(op for op, k in STEPS.items() if k.beside_barrier)
+                raise StepError(f"during.op must be one of {allowed} (steps whose order against a held "
+                                f"transaction the spec decides)")
+            try:
+                check_fields(kind, {k: v for k, v in inner.items() if k != "op"}, context)
+            except StepError as exc:
+                raise StepError(f"during: {exc}") from None
+
+    def run(self, case, step):
+        args = step.args
+        labels = self.labels(step)
+        request = {"maximum_schedules": args.get("maximum_schedules", 1),
+                   "lease_seconds": args.get("lease_seconds", case.scenario.lease_seconds)}
+        for key in ("cancel_after", "lease_owner"):
+            if key in args:
+                request[key] = args[key]
+        case.run_pass(step, labels, request)
+
+
+@step_kind
+class Process(Pass):
+    op = "process"
+    summary = "One bounded process-due pass of one processor (copy A unless `processor` names another)."
+    fields = (MAXIMUM, Field("processor", (str,), "which copy of the implementation runs the pass (default A)"),
+              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE)
+    example = '''description = "Two due schedules, one bounded pass each."
+[[steps]]
+op = "create"
+schedule = "a"
+spec = { kind = "at", at = "+10s", target = { command = "a" } }
+
+[[steps]]
+op = "create"
+schedule = "b"
+spec = { kind = "at", at = "+10s", target = { command = "b" } }
+
+[[steps]]
+op = "advance"
+seconds = 11
+
+[[steps]]
+op = "process"
+maximum_schedules = 2
+
+[expect.a]
+works = 1
+
+[expect.b]
+works = 1
+'''
+
+    def labels(self, step):
+        return [step.args.get("processor", "A")]
+
+
+@step_kind
+class Race(Pass):
+    op = "race"
+    summary = "Two processors (copies A and B) each make one pass at the same moment."
+    fields = (MAXIMUM, CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING)
+    example = '''description = "Two processors under one lease owner string race for one schedule."
+[[steps]]
+op = "create"
+schedule = "job"
+spec = { kind = "at", at = "+30s", target = { command = "job" } }
+
+[[steps]]
+op = "advance"
+seconds = 31
+
+[[steps]]
+op = "race"
+lease_owner = "worker-pool-1"
+
+[expect.job]
+works = 1
+'''
+
+    def labels(self, step):
+        return ["A", "B"]
+
+
+@step_kind
+class Drain(StepKind):
+    op = "drain"
+    summary = "Fault-free passes of copy A until nothing is due."
+    example = '''description = "Everything due is processed."
+[[steps]]
+op = "create"
+schedule = "a"
+spec = { kind = "at", at = "+10s", target = { command = "a" } }
+
+[[steps]]
+op = "advance"
+seconds = 11
+
+[[steps]]
+op = "drain"
+
+[expect.a]
+works = 1
+'''
+
+    def run(self, case, step):
+        case.drain(case.impls["A"])
+
+
+# -- Work ---------------------------------------------------------------------------------------------------
+
+@step_kind
+class CompleteWork(StepKind):
+    op = "complete-work"
+    summary = ("Move a Work item of the schedule to a state (terminal: its slot is free, and a pending coalesced "
+               "occurrence requeues the dispatch row in the same transaction).")
+    fields = (SCHEDULE, Field("nth", (int,), "which of the schedule's Work items in acceptance order: 1 the first, "
+                              "-1 the last (default -1)"),
+              Field("state", (str,), "the Work state to move to, e.g. succeeded, failed, canceled", required=True))
+    example = '''description = "A finished Work frees the slot."
+[[steps]]
+op = "create"
+schedule = "tick"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "tick" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "complete-work"
+schedule = "tick"
+state = "succeeded"
+
+[expect.tick]
+works = 1
+'''
+
+    def run(self, case, step):
+        args = step.args
+        work_id = case._nth_work(args["schedule"], args.get("nth", -1))
+        if work_id is None:
+            case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
+            return
+        case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+        case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+
+
+@step_kind
+class PlantWork(StepKind):
+    op = "plant-work"
+    summary = ("As a plain Work caller (straight into the Work store), take an occurrence's idempotency key for a "
+               "Work that is not the occurrence's: the bridge must find the mismatch and link nothing.")
+    fields = (SCHEDULE, Field("first", (str,), "the occurrence's first nominal instant (scenario time)", required=True),
+              Field("kind", (str,), "the occurrence's kind (default nominal)", choices=("nominal", "recovery",
+                                                                                        "coalesced")),
+              Field("generation", (int,), "the occurrence's generation (default 1)"))
+    example = '''description = "A foreign Work under the occurrence's key is never linked."
+[[steps]]
+op = "create"
+schedule = "job"
+spec = { kind = "at", at = "+50s", target = { command = "job" } }
+
+[[steps]]
+op = "plant-work"
+schedule = "job"
+first = "+50s"
+
+[[steps]]
+op = "advance"
+seconds = 51
+
+[[steps]]
+op = "process"
+
+[expect.job]
+lifecycle = "suspended"
+works = 0
+'''
+
+    def validate(self, args, context):
+        try:
+            relative(args["first"])
+        except TimeError as exc:
+            raise StepError(f"first: {exc}") from None
+
+    def run(self, case, step):
+        case.plant_work(step.args)
+
+
+# -- operator steps ----------------------------------------------------------------------------------------
+
+@step_kind
+class AdvanceEpoch(StepKind):
+    op = "advance-epoch"
+    summary = ("As an operator after a restore: advance the store's runtime epoch; every schedule bound to the "
+               "old one is fenced until released.")
+    example = '''description = "A new runtime epoch fences every schedule."
+[[steps]]
+op = "create"
+schedule = "ledger"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "ledger" } }
+
+[[steps]]
+op = "advance-epoch"
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[expect.ledger]
+lifecycle = "suspended"
+suspension = "runtime-epoch"
+'''
+
+    def run(self, case, step):
+        case.model.advance_epoch()
+        with case.owner() as conn:
+            conn.execute("select appsurface_durable.advance_runtime_epoch()")
+
+
+@step_kind
+class AdvanceScopeGeneration(StepKind):
+    op = "advance-scope-generation"
+    summary = ("As an operator: advance the scope's generation; every schedule of the scope is fenced until a "
+               "public update gives it a new generation.")
+    beside_barrier = True
+    example = '''description = "A new scope generation fences the scope's schedules."
+[[steps]]
+op = "create"
+schedule = "sync"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "sync" } }
+
+[[steps]]
+op = "advance-scope-generation"
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[expect.sync]
+lifecycle = "suspended"
+suspension = "scope-generation"
+'''
+
+    SQL = "select appsurface_durable.advance_scope_generation(%s)"
+
+    def run(self, case, step):
+        case.model.advance_scope_generation()
+        with case.owner() as conn:
+            conn.execute(self.SQL, (case.scope,))
+
+    def run_beside(self, case, step):
+        if not case.owner_beside(self.SQL, (case.scope,)):
+            return "waited"
+        case.model.advance_scope_generation()
+        return "committed"
+
+
+# -- backup and restore --------------------------------------------------------------------------------------
+
+SNAPSHOT_NAME = Field("name", (str,), "the snapshot's name", required=True)
+
+
+@step_kind
+class TakeSnapshot(StepKind):
+    op = "snapshot"
+    summary = ("Take a backup of the store (every row of every table, in one repeatable-read snapshot) under a "
+               "name, for a later `restore`.")
+    fields = (SNAPSHOT_NAME,)
+    example = '''description = "A restore drill: an hour-old backup comes back."
+[[steps]]
+op = "create"
+schedule = "tick"
+spec = { kind = "every", every_s = 600, anchor = "+0s", safety_window_s = 7200, target = { command = "tick" } }
+
+[[steps]]
+op = "snapshot"
+name = "nightly"
+
+[[steps]]
+op = "advance"
+seconds = 3601
+
+[[steps]]
+op = "drain"
+
+[[steps]]
+op = "restore"
+name = "nightly"
+
+[[steps]]
+op = "advance-epoch"
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "release"
+schedule = "tick"
+
+[[steps]]
+op = "drain"
+
+[expect.tick]
+lifecycle = "active"
+'''
+
+    def validate(self, args, context):
+        if args["name"] in context.snapshots:
+            raise StepError(f"a snapshot named {args['name']!r} was taken already")
+        context.snapshots.add(args["name"])
+
+    def run(self, case, step):
+        case.take_snapshot(step.args["name"])
+
+
+@step_kind
+class Restore(StepKind):
+    op = "restore"
+    summary = ("Restore the store from a snapshot as an operator would: the processors are stopped, every row goes "
+               "back to the snapshot (the clock does not), and the processors start again. The case's report "
+               "counts the instants that came back under another Work identity than they had before the restore "
+               "(`measurements.restore-drill`).")
+    fields = (SNAPSHOT_NAME,)
+    example = TakeSnapshot.example
+
+    def validate(self, args, context):
+        if args["name"] not in context.snapshots:
+            raise StepError(f"no snapshot named {args['name']!r} is taken before this step")
+
+    def run(self, case, step):
+        case.restore_snapshot(step.args["name"])
+
+
+# -- validation ---------------------------------------------------------------------------------------------
+
+def check_fields(kind: StepKind, args: dict[str, Any], context: Context) -> None:
+    """A step's fields against its kind: known, present where required, of the right type, consistent."""
+    known = {f.name: f for f in kind.fields}
+    unknown = sorted(set(args) - set(known))
+    if unknown:
+        raise StepError(f"{kind.op} takes no {', '.join(unknown)} (it takes {', '.join(known) or 'no fields'})")
+    missing = sorted(f.name for f in kind.fields if f.required and f.name not in args)
+    if missing:
+        raise StepError(f"{kind.op} needs {', '.join(missing)}")
+    for name, value in args.items():
+        spec = known[name]
+        if not spec.accepts(value):
+            raise StepError(f"{name} has the wrong type ({type(value).__name__}; it takes {spec.type_name})")
+        if spec.choices and value not in spec.choices:
+            raise StepError(f"{name} must be one of {', '.join(map(str, spec.choices))}, not {value!r}")
+    if "rule" in args and "expect" not in args:
+        raise StepError("a rule is cited only for a step with an expected answer (expect)")
+    if "problem" in args and args.get("expect") != "fail":
+        raise StepError("a problem type is expected only with expect = \"fail\"")
+    if "schedule" in args and kind.op != "create" and args["schedule"] not in context.created:
+        raise StepError(f"schedule {args['schedule']!r} is used before it is created")
+    kind.validate(args, context)
+    if kind.op == "create":
+        context.created.add(args["schedule"])
+
+
+def check_step(raw: dict[str, Any], context: Context) -> tuple[str, dict[str, Any]]:
+    """A step table as read from TOML: its op and its arguments, validated; raises StepError."""
+    op = raw.get("op")
+    if op not in STEPS:
+        raise StepError(f"op {op!r} is not one of {', '.join(STEPS)}")
+    args = {k: v for k, v in raw.items() if k != "op"}
+    check_fields(STEPS[op], args, context)
+    return op, args
+
+
+def during_step(step: "Step") -> tuple[str, int, "Step"] | None:
+    """The barrier, hit and step a pass runs beside its held barrier, if it has one."""
+    from .model import Step
+
+    during = step.args.get("during")
+    if during is None:
+        return None
+    inner = {k: v for k, v in during.items() if k not in ("op", "barrier", "hit")}
+    return during["barrier"], during.get("hit", 1), Step(during["op"], inner, step.index)
+
+
+def spec_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
+    """A scenario spec in adapter-protocol form: relative times resolved against T0."""
+    wire = dict(spec)
+    for key in ("at", "anchor"):
+        if key in wire:
+            wire[key] = relative(wire[key]).isoformat()
+    return wire
+
+
+# -- expectations and definitions, for validation and for docs/scenarios.md -----------------------------------
+
+OCCURRENCE_FIELDS = (
+    Field("generation", (int,), "the occurrence's generation", required=True),
+    Field("kind", (str,), "its kind", required=True, choices=("nominal", "recovery", "coalesced")),
+    Field("first", (str,), "its first nominal instant (scenario time; `accepted+Ns` from its generation's "
+          "acceptance)", required=True),
+    Field("last", (str,), "its last nominal instant (the same as `first` for a nominal one)", required=True),
+    Field("state", (str,), "its materialization state", required=True, choices=("pending", "materialized",
+                                                                                 "superseded")),
+)
+DROPPED_FIELDS = (
+    Field("generation", (int,), "the generation whose due instants were dropped", required=True),
+    Field("first", (str,), "the first dropped instant", required=True),
+    Field("last", (str,), "the last dropped instant", required=True),
+    Field("instants", (int,), "how many instants", required=True),
+)
+EXPECTATION_FIELDS = (
+    Field("lifecycle", (str,), "the definition's lifecycle state", choices=("active", "suspended", "deleted")),
+    Field("suspension", (str,), "the suspension reason, e.g. runtime-epoch, scope-generation, clock-anomaly, "
+          "idempotency-conflict"),
+    Field("occurrences", (list,), "every occurrence row of the schedule, exactly (tables with the fields below)"),
+    Field("works", (int,), "how many occurrences are linked to an accepted Work"),
+    Field("dropped", (list,), "the due instants an update or delete left undecided, as its history records them "
+          "(tables with the fields below)"),
+    Field("cursor", (str,), "where the cursor stands exactly (scenario time)"),
+)
+DEFINITION_FIELDS = (
+    Field("kind", (str,), "the schedule kind", required=True, choices=("at", "after", "every")),
+    Field("at", (str,), "kind at: the instant (scenario time)"),
+    Field("after_s", (int, float), "kind after: seconds after the command's acceptance"),
+    Field("every_s", (int, float), "kind every: the interval in seconds"),
+    Field("anchor", (str,), "kind every: the grid's anchor (scenario time); without it the acceptance time"),
+    Field("misfire_policy", (str,), "what a recovery range does (default run-once)", choices=("run-once", "skip")),
+    Field("safety_window_s", (int, float), "how late a cutoff may be before the schedule suspends (default 3600)"),
+    Field("target", (dict,), "the Work target: `command` (string) and an optional `payload` table", required=True),
+)
+SCENARIO_FIELDS = (
+    Field("description", (str,), "one sentence: what the scenario shows"),
+    Field("covers", (list,), "tags for what it covers; `client-deadline` holds lost COMMIT replies past the "
+          "implementation's deadline"),
+    Field("lease_seconds", (int, float), "the lease every pass asks for (default 2); recovery moves the clock "
+          "by this plus one second"),
+    Field("equivalence", (bool,), "false: the faulted runs are not compared with the fault-free run"),
+    Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
+    Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
+)
+
+
+def check_table(what: str, fields: tuple[Field, ...], table: Any) -> None:
+    """A table against its fields (expectations, occurrence rows); raises StepError naming `what`."""
+    if not isinstance(table, dict):
+        raise StepError(f"{what} must be a table")
+    known = {f.name: f for f in fields}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise StepError(f"{what} has no field {', '.join(unknown)} (it has {', '.join(known)})")
+    missing = sorted(f.name for f in fields if f.required and f.name not in table)
+    if missing:
+        raise StepError(f"{what} needs {', '.join(missing)}")
+    for name, value in table.items():
+        spec = known[name]
+        if not spec.accepts(value):
+            raise StepError(f"{what}.{name} has the wrong type ({type(value).__name__}; it takes {spec.type_name})")
+        if spec.choices and value not in spec.choices:
+            raise StepError(f"{what}.{name} must be one of {', '.join(map(str, spec.choices))}, not {value!r}")
+
+
+def check_expectation(name: str, want: Any) -> None:
+    check_table(f"expect.{name}", EXPECTATION_FIELDS, want)
+    for key, fields in (("occurrences", OCCURRENCE_FIELDS), ("dropped", DROPPED_FIELDS)):
+        for number, row in enumerate(want.get(key, []), 1):
+            check_table(f"expect.{name}.{key}[{number}]", fields, row)
+            for time_field in ("first", "last"):
+                try:
+                    relative(row[time_field], datetime.now().astimezone())
+                except TimeError as exc:
+                    raise StepError(f"expect.{name}.{key}[{number}].{time_field}: {exc}") from None
+    if "cursor" in want:
+        try:
+            relative(want["cursor"], datetime.now().astimezone())
+        except TimeError as exc:
+            raise StepError(f"expect.{name}.cursor: {exc}") from None
+
+
+STEP_LINE = re.compile(r"^[ \t]*\[\[[ \t]*steps[ \t]*\]\]", re.MULTILINE)
+
+
+def step_lines(text: str) -> list[int]:
+    """The line of each `[[steps]]` table in a file, in order (empty when the steps are written inline)."""
+    return [text.count("\n", 0, match.start()) + 1 for match in STEP_LINE.finditer(text)]
