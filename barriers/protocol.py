@@ -74,7 +74,7 @@ TIMEOUTS = (
 PROCESS_RULES = (
     "Each start of your command runs in a session of its own, so the process started leads a new process group. "
     "Every signal the host sends goes to that whole group: the `kill` fault is SIGKILL to the group, the `pause` "
-    "fault SIGSTOP and later SIGCONT to the group, and every clean-up (after `shutdown` and its timeout, after a "
+    "and `stall` faults SIGSTOP and later SIGCONT to the group, and every clean-up (after `shutdown` and its timeout, after a "
     "protocol error, at the end of each case, when a run is interrupted) is SIGKILL to the group. A launcher that "
     "runs your program as its child (a shell script, `go run`, `npm start`, `dotnet run`) is therefore welcome; "
     "`exec` is not required. A child that leaves the group (calls `setsid` or `setpgid`) is out of the host's "

@@ -34,6 +34,8 @@ class Injection:
 class Fault(Protocol):
     name: str
     needs: tuple[str, ...]  # world capabilities
+    summary: str  # what the host does, for PROTOCOL.md's *Faults*
+    expects: str  # what the implementation must then do (or must not)
 
     def applies(self, barrier: Barrier) -> str | None:
         """None if the fault can be injected at this barrier, else why not."""
@@ -93,6 +95,9 @@ def open_write_backend(run: "CaseRun", barrier: Barrier, context: dict | None = 
 
 class Kill:
     name, needs = "kill", ()
+    summary = "SIGKILL to your process group"
+    expects = ("nothing of you survives; a fresh copy recovers: a transaction open at the barrier is aborted, one "
+               "committed there stays committed")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
@@ -105,6 +110,8 @@ class Kill:
 
 class Disconnect:
     name, needs = "disconnect", (NETWORK,)
+    summary = "every proxied connection is reset; your process goes on"
+    expects = "notice the dead connection on its next use, roll back and retry after rollback (bounded), or answer"
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
@@ -130,6 +137,10 @@ class LostCommitReply:
     stays lost until the implementation abandons the connection, for at most the client deadline plus a margin."""
 
     name, needs = "lost-commit-reply", (NETWORK,)
+    summary = ("before-commit barriers only: the server's replies are dropped, so your COMMIT lands and its reply "
+               "never returns; held until you close the connection (at most your deadline plus a margin)")
+    expects = ("give up within `CRASHPROOF_DEADLINE_S` and close the connection; the outcome is `unknown`, never "
+               "`fail`; a retry must find what committed and not repeat it")
     settle_s = 0.5
     commit_timeout_s = 15.0
     deadline_margin_s = DEADLINE_MARGIN_S
@@ -188,6 +199,8 @@ class LostCommitReply:
 
 class DbCrash:
     name, needs = "db-crash", (DB_CRASH,)
+    summary = "PostgreSQL is killed (postmaster and every backend) and restarted on the same data directory"
+    expects = "reconnect and retry after rollback (bounded), or answer; what was committed before the crash stays"
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
@@ -202,6 +215,11 @@ class Pause:
     """SIGSTOP at the barrier, move the clock past the lease, let a second processor take over, SIGCONT."""
 
     name, needs = "pause", ()
+    summary = ("processor barriers only: SIGSTOP to your group, the server clock moved past your lease, a second "
+               "copy of your command drains everything due, then SIGCONT and the reply")
+    expects = ("stopped inside a transaction you still hold its row locks and may commit; stopped between "
+               "transactions, your next transaction for that schedule finds another dispatch revision and writes "
+               "nothing (`late-writes-fenced`)")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"
@@ -239,6 +257,21 @@ class Stall:
     whatever the first does next must write nothing for that schedule."""
 
     name, needs = "stall", ()
+    # What a stall tests (the retry after a rollback, once another holds the lease) is the same code at every hit of
+    # a barrier; the first hit of each barrier in each scenario already meets every transaction kind in every
+    # situation the scenarios build (suspension, coalescing, a link conflict, a race). The last hits would add a
+    # third more cases for that same path (docs/crash-matrix.md, "The stall fault").
+    first_hit_only = "a later hit retries the same transaction under the same fence; the first covers it"
+    summary = ("a processor's before-commit and inside barriers only: SIGSTOP to your group, then the server ends "
+               "the session of your transaction open there (pg_terminate_backend, as "
+               "idle_in_transaction_session_timeout or an operator would), the clock moves past your lease, a second "
+               "copy of your command claims the lease and drains everything due, then SIGCONT and the reply")
+    expects = ("your connection is dead and the transaction aborted: roll back, retry after rollback within your "
+               "bound with the fence checked again, or answer `fail`/`unknown`; either way write nothing more for "
+               "that schedule (`late-writes-fenced`). The barrier's context must name the `schedule_id`; the host finds "
+               "your session as the holder of that schedule's dispatch row (locked or updated), which is exact also "
+               "while two processors race, or else, outside a race, as the one session with an open write "
+               "transaction; a stall with nothing to end fails `stall-took-over`")
     end_timeout_s = 5.0
 
     def applies(self, barrier: Barrier) -> str | None:
