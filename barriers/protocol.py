@@ -212,6 +212,10 @@ NORMATIVE = (
         "database restarted, or the proxy cut it): reconnect and retry the interrupted scoped transaction after "
         "rollback (bounded); the fence makes the repeat safe. A kept connection that fails on its first use "
         "after a fault is the normal case, not an error to answer with.",
+        "A retry after a rollback compares the dispatch revision again, like a first attempt: when the server "
+        "ended your session while your process was stopped inside a transaction (the `stall` fault), another "
+        "processor may have taken the lease over and finished the schedule before you noticed, and whatever you "
+        "do next must write nothing for it (`late-writes-fenced`, `transaction-fate`).",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "

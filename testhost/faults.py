@@ -52,12 +52,16 @@ def open_write_xid(run: "CaseRun", barrier: Barrier, injection: Injection) -> in
 # UPDATE) in the row's own xmax; every transaction, and every subtransaction with an xid, holds an exclusive lock on
 # its own xid in pg_locks, with its backend's pid. So the row names the transaction and pg_locks the backend: exact,
 # also while two processors race (SKIP LOCKED means at most one of them can hold the row). The top-level xid, for
-# pg_xact_status, is that backend's backend_xid.
+# pg_xact_status, is that backend's backend_xid. A row share-locked by several transactions at once holds a
+# MultiXactId instead, a number of another counter: the holder must also have locked the queue table itself, so a
+# multixact that happens to equal a live xid names nobody.
 LOCK_HOLDER = (
     "select a.backend_xid::text::bigint as xid, l.pid from appsurface_durable.schedule_dispatch d "
     "join pg_locks l on l.locktype = 'transactionid' and l.transactionid = d.xmax and l.mode = 'ExclusiveLock' "
     "and l.granted join pg_stat_activity a on a.pid = l.pid "
-    "where d.schedule_id = %s::uuid and l.pid <> pg_backend_pid() and a.backend_xid is not null")
+    "where d.schedule_id = %s::uuid and l.pid <> pg_backend_pid() and a.backend_xid is not null "
+    "and exists (select 1 from pg_locks r where r.pid = l.pid and r.locktype = 'relation' and r.granted "
+    "and r.relation = 'appsurface_durable.schedule_dispatch'::regclass)")
 
 
 def lock_holder(run: "CaseRun", schedule_id: str) -> tuple[int | None, int | None]:
