@@ -614,7 +614,9 @@ def late_writes(before: dict, after: dict, context: dict) -> CheckResult:
                if before[table] != after[table]}
     evidence = [{"schedule_id": context.get("schedule_id"), "barrier": context.get("barrier"),
                  "instance": context.get("instance"), "changed": changed}] if changed else []
-    return CheckResult("late-writes-fenced", LATE_WRITES, not evidence, evidence, len(before))
+    # rows: the schedule's rows held still (definition, dispatch rows, occurrences, the history count)
+    return CheckResult("late-writes-fenced", LATE_WRITES, not evidence, evidence,
+                       sum(len(rows) for rows in before.values()))
 
 
 STALL_TOOK_OVER = rule_of(
