@@ -263,8 +263,8 @@ class Stall:
     name, needs = "stall", ()
     # What a stall tests (the retry after a rollback, once another holds the lease) is the same code at every hit of
     # a barrier; the first hit of each barrier in each scenario already meets every transaction kind in every
-    # situation the scenarios build (suspension, coalescing, a link conflict, a race). The last hits would add a
-    # third more cases for that same path (docs/crash-matrix.md, "The stall fault").
+    # situation the scenarios build (suspension, coalescing, a link conflict, a race). The last hits would add 56
+    # cases to those 94 for that same path (docs/crash-matrix.md, "The stall fault").
     first_hit_only = "a later hit retries the same transaction under the same fence; the first covers it"
     summary = ("a processor's before-commit and inside barriers only: SIGSTOP to your group, then the server ends "
                "the session of your transaction open there (pg_terminate_backend, as "

@@ -122,7 +122,7 @@ def test_race_scenario_runs_late_writes_fenced_under_pause_and_stall(tmp_path):
     assert len(probed) == 3  # stall at the first hit; pause at the first and the last
     for case in probed:
         late = _check(case, "late-writes-fenced")
-        assert late is not None and late["ok"] and late["rows"] >= 3  # definition, dispatch, history count at least, case["id"]
+        assert late is not None and late["ok"] and late["rows"] >= 3, case["id"]  # definition, dispatch, history
         injected = next(e for e in case["timeline"] if e["event"] == "fault-injected")
         assert injected["details"]["racers_waited_for"], case["id"]  # the other racer finished before the snapshot
     for case in (c for c in report["cases"] if c["fault"] == "stall"):
