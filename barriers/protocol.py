@@ -74,7 +74,7 @@ TIMEOUTS = (
 PROCESS_RULES = (
     "Each start of your command runs in a session of its own, so the process started leads a new process group. "
     "Every signal the host sends goes to that whole group: the `kill` fault is SIGKILL to the group, the `pause` "
-    "fault SIGSTOP and later SIGCONT to the group, and every clean-up (after `shutdown` and its timeout, after a "
+    "and `stall` faults SIGSTOP and later SIGCONT to the group, and every clean-up (after `shutdown` and its timeout, after a "
     "protocol error, at the end of each case, when a run is interrupted) is SIGKILL to the group. A launcher that "
     "runs your program as its child (a shell script, `go run`, `npm start`, `dotnet run`) is therefore welcome; "
     "`exec` is not required. A child that leaves the group (calls `setsid` or `setpgid`) is out of the host's "
@@ -212,6 +212,10 @@ NORMATIVE = (
         "database restarted, or the proxy cut it): reconnect and retry the interrupted scoped transaction after "
         "rollback (bounded); the fence makes the repeat safe. A kept connection that fails on its first use "
         "after a fault is the normal case, not an error to answer with.",
+        "A retry after a rollback compares the dispatch revision again, like a first attempt: when the server "
+        "ended your session while your process was stopped inside a transaction (the `stall` fault), another "
+        "processor may have taken the lease over and finished the schedule before you noticed, and whatever you "
+        "do next must write nothing for it (`late-writes-fenced`, `transaction-fate`).",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "

@@ -50,6 +50,23 @@ def _schema_surface() -> list[str]:
     return out + [""]
 
 
+def _faults() -> list[str]:
+    """The fault plug-ins (testhost/faults.py), each with what it does and what it expects of you."""
+    from barriers import CATALOG as barriers
+    from testhost.faults import FAULTS
+
+    out = ["", "## Faults", "",
+           "Each faulted case injects one of these at one hit of one barrier, before the host's reply. A fault that "
+           "cannot happen at a barrier is not planned there (`crashproof scenarios --matrix` lists each skip with "
+           "its reason).", "",
+           "| fault | what the host does | what your implementation must do | barriers |", "|---|---|---|---|"]
+    for name, fault in FAULTS.items():
+        where = [b.name for b in barriers if fault.applies(b) is None]
+        scope = "every barrier" if len(where) == len(barriers) else ", ".join(f"`{b}`" for b in where)
+        out.append(f"| `{name}` | {fault.summary} | {fault.expects} | {scope} |")
+    return out + [""]
+
+
 def _migrations() -> str:
     from reference.sql import migrations
     return ", ".join(f"`{m.name}`" for m in migrations())
@@ -117,8 +134,9 @@ def render() -> str:
         "A case is a timeline of operations. After the `hello`, the host sends one `request` at a time and waits for "
         "its `response`. While an operation runs, every barrier you reach is reported with a `barrier` message and "
         "you block until the host's `barrier-reply`. The host may inject a fault before replying: kill you (SIGKILL "
-        "to your process group), stop you (SIGSTOP, later SIGCONT, to the group), cut your connections at the proxy, drop the server's replies, or crash "
-        "and restart PostgreSQL. Then it starts a fresh copy of your command to recover, and judges the outcome by "
+        "to your process group), stop you (SIGSTOP, later SIGCONT, to the group), end your server session while you are stopped inside a "
+        "transaction, cut your connections at the proxy, drop the server's replies, or crash "
+        "and restart PostgreSQL (*Faults* below). Then it starts a fresh copy of your command to recover, and judges the outcome by "
         "reading the normative tables itself.",
         "",
         "## Processes",
@@ -168,7 +186,8 @@ def render() -> str:
             "|---|---|---|---|---|"]
     out += [f"| `{b.name}`{' (spec)' if b.from_spec else ''} | `{b.operation}` | {b.transaction} | {b.position} | "
             f"{b.durable_if_killed_here} |" for b in CATALOG]
-    out += ["", "## Deterministic Work identity", "",
+    out += _faults()
+    out += ["## Deterministic Work identity", "",
             "The checks recompute the Work identity of every materialized occurrence and compare it with your link "
             "and your Work row:", "",
             "```",

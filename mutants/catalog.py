@@ -74,6 +74,20 @@ MUTANTS: tuple[Mutant, ...] = (
               "if dispatch is None:"),),
         slice=("*/schedule-claim-after-commit/pause/*",)),
     Mutant(
+        "retry-skips-lease-fence", LEASE,
+        "A scoped transaction retried after a rollback trusts the lease it held before: the retry does not compare "
+        "the dispatch revision, so a processor whose session was ended while another took its lease over writes "
+        "again when it retries.",
+        (Edit("processor.py",
+              "            try:\n                return attempt()\n",
+              "            self._retried = remaining < RETRIES - 1\n            try:\n                return attempt()\n"),
+         Edit("processor.py",
+              'if dispatch is None or dispatch["dispatch_revision"] != claim.dispatch_revision '
+              'or dispatch["lease_state"] != "leased":',
+              'if dispatch is None or (not getattr(self, "_retried", False) and (dispatch["dispatch_revision"] '
+              '!= claim.dispatch_revision or dispatch["lease_state"] != "leased")):')),
+        slice=("*/schedule-decision-before-commit/stall/*",)),
+    Mutant(
         "processor-clock-cutoff", CUTOFF,
         "The cutoff is the processor's own clock instead of PostgreSQL's transaction time.",
         (Edit("processor.py",

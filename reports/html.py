@@ -19,8 +19,11 @@ FAULT_MODEL = {
     "lost-commit-reply": "lost-commit-reply (the COMMIT reaches PostgreSQL, its reply never comes back)",
     "db-crash": "db-crash (PostgreSQL is killed and restarted through crash recovery)",
     "pause": "pause (SIGSTOP past the lease while a second processor takes over, then SIGCONT)",
+    "stall": "stall (SIGSTOP inside the open transaction, its server session ended, a second processor takes the "
+             "lease over, then SIGCONT)",
 }
-FAULT_SHORT = {"kill": "kill", "disconnect": "disc", "lost-commit-reply": "lost", "db-crash": "crash", "pause": "pause"}
+FAULT_SHORT = {"kill": "kill", "disconnect": "disc", "lost-commit-reply": "lost", "db-crash": "crash", "pause": "pause",
+               "stall": "stall"}
 STATIC_EVIDENCE_ROWS = 20
 
 

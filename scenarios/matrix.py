@@ -76,7 +76,12 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 if reason:
                     skipped.append(Skipped(scenario.name, b.name, name, reason))
                     continue
-                for hit in hits_for(hits[b.name]):
+                planned = hits_for(hits[b.name])
+                if getattr(plugin, "first_hit_only", None) and len(planned) > 1:
+                    skipped.append(Skipped(scenario.name, b.name, name,
+                                           f"hit {planned[-1]}: {name} plans first hits only ({plugin.first_hit_only})"))
+                    planned = planned[:1]
+                for hit in planned:
                     for r in range(1, repeat + 1):
                         plans.append(CasePlan(scenario.name, b.name, name, hit, r))
     return plans, skipped

@@ -370,9 +370,9 @@ FATE_ABORTED = ("Database timeouts, disconnects, and SQLSTATE failures abort the
                 "retry only after rollback.")
 FATE_COMMITTED = ("A rollback leaves neither durable fact; a retry sees the same occurrence identity and must return "
                   "the original target link rather than enqueue another Work.")
-rule_of("transaction-fate", f"{FATE_ABORTED} / {FATE_COMMITTED} (After kill or disconnect at a before-commit barrier "
-        "the server aborted the open transaction; after lost-commit-reply or pause it committed it: the verifier "
-        "reads the fate of its xid.)")
+rule_of("transaction-fate", f"{FATE_ABORTED} / {FATE_COMMITTED} (After kill, disconnect or stall at a before-commit "
+        "barrier the server aborted the open transaction; after lost-commit-reply or pause it committed it: the "
+        "verifier reads the fate of its xid.)")
 
 
 def vacuity(checks: list[CheckResult], expect: dict[str, dict]) -> CheckResult:
@@ -618,9 +618,34 @@ def late_writes(before: dict, after: dict, context: dict) -> CheckResult:
     """A processor resumed after another took its expired lease over writes nothing more for that schedule."""
     changed = {table: {"before": before[table], "after": after[table]} for table in before
                if before[table] != after[table]}
-    evidence = [{"schedule_id": context.get("schedule_id"), "barrier": context.get("barrier"), "changed": changed}] \
-        if changed else []
-    return CheckResult("late-writes-fenced", LATE_WRITES, not evidence, evidence, len(before))
+    evidence = [{"schedule_id": context.get("schedule_id"), "barrier": context.get("barrier"),
+                 "instance": context.get("instance"), "changed": changed}] if changed else []
+    # rows: the schedule's rows held still (definition, dispatch rows, occurrences, the history count)
+    return CheckResult("late-writes-fenced", LATE_WRITES, not evidence, evidence,
+                       sum(len(rows) for rows in before.values()))
+
+
+STALL_TOOK_OVER = rule_of(
+    "stall-took-over",
+    "harness: a planned stall happens or the case fails. (At the barrier the transaction holding the schedule's "
+    "dispatch row has its server session ended, and another processor then takes the lease over: the dispatch "
+    "row's lease generation advances. A barrier whose context names no schedule_id, or where no transaction "
+    "holds that row, cannot be stalled.)")
+
+
+def stall_took_over(details: dict) -> CheckResult | None:
+    """Whether a planned stall really ended the open transaction's session and saw the lease taken over (None: the
+    fault was not a stall)."""
+    stall = details.get("stall")
+    if stall is None:
+        return None
+    evidence = []
+    if stall.get("ended_backend") is None:
+        evidence.append({"session_not_ended": stall.get("why_not", "pg_terminate_backend found no such backend")})
+    elif not stall.get("took_over"):
+        evidence.append({"lease_not_taken_over": stall.get("lease_generation"),
+                         "takeover_passes": details.get("takeover_passes")})
+    return CheckResult("stall-took-over", STALL_TOOK_OVER, not evidence, [{**e, **{"stall": stall}} for e in evidence], 1)
 
 
 OUTCOME_HONESTY = rule_of("outcome-honesty", "`fail` tells the host nothing was applied: an operation answers `fail` "

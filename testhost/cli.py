@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "repeatable)")
     certify.add_argument("--barrier", action="append", help="only these barriers (globs, comma-separated, repeatable)")
     certify.add_argument("--fault", action="append", help="only these faults (kill, disconnect, lost-commit-reply, "
-                         "db-crash, pause; comma-separated, repeatable)")
+                         "db-crash, pause, stall; comma-separated, repeatable)")
     certify.add_argument("--case", action="append", metavar="ID", help="only this case, by its id in a report (e.g. "
                          "at-single/schedule-link-after-commit/kill/1); repeatable")
     certify.add_argument("--rerun-failed", metavar="REPORT", help="only the cases that did not pass in REPORT "

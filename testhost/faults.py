@@ -34,6 +34,8 @@ class Injection:
 class Fault(Protocol):
     name: str
     needs: tuple[str, ...]  # world capabilities
+    summary: str  # what the host does, for PROTOCOL.md's *Faults*
+    expects: str  # what the implementation must then do (or must not)
 
     def applies(self, barrier: Barrier) -> str | None:
         """None if the fault can be injected at this barrier, else why not."""
@@ -42,19 +44,50 @@ class Fault(Protocol):
         ...
 
 
-def open_write_xid(run: "CaseRun", barrier: Barrier) -> int | None:
-    return open_write_backend(run, barrier)[0]
+def open_write_xid(run: "CaseRun", barrier: Barrier, injection: Injection) -> int | None:
+    return open_write_backend(run, barrier, injection.context)[0]
 
 
-def open_write_backend(run: "CaseRun", barrier: Barrier) -> tuple[int | None, int | None]:
+# The live transaction that holds the schedule's dispatch row. PostgreSQL records a row's locker (FOR UPDATE, or an
+# UPDATE) in the row's own xmax; every transaction, and every subtransaction with an xid, holds an exclusive lock on
+# its own xid in pg_locks, with its backend's pid. So the row names the transaction and pg_locks the backend: exact,
+# also while two processors race (SKIP LOCKED means at most one of them can hold the row). The top-level xid, for
+# pg_xact_status, is that backend's backend_xid. A row share-locked by several transactions at once holds a
+# MultiXactId instead, a number of another counter: the holder must also have locked the queue table itself, so a
+# multixact that happens to equal a live xid names nobody.
+LOCK_HOLDER = (
+    "select a.backend_xid::text::bigint as xid, l.pid from appsurface_durable.schedule_dispatch d "
+    "join pg_locks l on l.locktype = 'transactionid' and l.transactionid = d.xmax and l.mode = 'ExclusiveLock' "
+    "and l.granted join pg_stat_activity a on a.pid = l.pid "
+    "where d.schedule_id = %s::uuid and l.pid <> pg_backend_pid() and a.backend_xid is not null "
+    "and exists (select 1 from pg_locks r where r.pid = l.pid and r.locktype = 'relation' and r.granted "
+    "and r.relation = 'appsurface_durable.schedule_dispatch'::regclass)")
+
+
+def lock_holder(run: "CaseRun", schedule_id: str) -> tuple[int | None, int | None]:
+    """(top-level xid, server pid) of the live transaction holding the schedule's dispatch row, or (None, None)."""
+    with run.store.admin() as conn:
+        rows = conn.execute(LOCK_HOLDER, (schedule_id,)).fetchall()
+    return (rows[0][0], rows[0][1]) if len(rows) == 1 else (None, None)
+
+
+def open_write_backend(run: "CaseRun", barrier: Barrier, context: dict | None = None) -> tuple[int | None, int | None]:
     """The xid of the implementation's open write transaction at a before-commit barrier and the server pid of its
-    connection, when it is the only one on the case's database (with two processors racing, whose it is cannot be
-    told, so none).
+    connection.
 
-    At the barrier the implementation waits for the host's reply, so the one session holding an xid on the
-    case's database is its transaction (the host's own sessions there hold none between statements). The
-    session's state is not read: the world runs with track_activities off."""
-    if not barrier.before_commit or run.concurrent:
+    At a processor's barrier that names its schedule, the transaction holding that schedule's dispatch row is the
+    one (`lock_holder`): exact with two processors racing too. Otherwise, at the barrier the implementation waits
+    for the host's reply, so the one session holding an xid on the case's database is its transaction (the host's
+    own sessions there hold none between statements); with two processors racing that cannot be told, so none.
+    The session's state is not read: the world runs with track_activities off."""
+    if not barrier.before_commit:
+        return None, None
+    schedule_id = (context or {}).get("schedule_id")
+    if schedule_id and barrier.transaction in PROCESSOR_TRANSACTIONS:
+        found = lock_holder(run, str(schedule_id))
+        if found[1] is not None or run.concurrent:
+            return found
+    if run.concurrent:
         return None, None
     with run.world.admin() as conn:
         rows = conn.execute(
@@ -66,24 +99,29 @@ def open_write_backend(run: "CaseRun", barrier: Barrier) -> tuple[int | None, in
 
 class Kill:
     name, needs = "kill", ()
+    summary = "SIGKILL to your process group"
+    expects = ("nothing of you survives; a fresh copy recovers: a transaction open at the barrier is aborted, one "
+               "committed there stays committed")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run, barrier)
+        injection.open_xid = open_write_xid(run, barrier, injection)
         impl.kill()
         injection.details["killed_pid"] = impl.pid
 
 
 class Disconnect:
     name, needs = "disconnect", (NETWORK,)
+    summary = "every proxied connection is reset; your process goes on"
+    expects = "notice the dead connection on its next use, roll back and retry after rollback (bounded), or answer"
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run, barrier)
+        injection.open_xid = open_write_xid(run, barrier, injection)
         run.world.proxy.cut()
 
 
@@ -103,6 +141,10 @@ class LostCommitReply:
     stays lost until the implementation abandons the connection, for at most the client deadline plus a margin."""
 
     name, needs = "lost-commit-reply", (NETWORK,)
+    summary = ("before-commit barriers only: the server's replies are dropped, so your COMMIT lands and its reply "
+               "never returns; held until you close the connection (at most your deadline plus a margin)")
+    expects = ("give up within `CRASHPROOF_DEADLINE_S` and close the connection; the outcome is `unknown`, never "
+               "`fail`; a retry must find what committed and not repeat it")
     settle_s = 0.5
     commit_timeout_s = 15.0
     deadline_margin_s = DEADLINE_MARGIN_S
@@ -111,7 +153,7 @@ class LostCommitReply:
         return None if barrier.position == "before-commit" else "only a before-commit barrier has a commit to lose"
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid, backend = open_write_backend(run, barrier)
+        injection.open_xid, backend = open_write_backend(run, barrier, injection.context)
         run.world.proxy.blackhole_replies()
         held_from = time.monotonic()
         # Removing the toxic closes the connection, so heal only once the server has finished the transaction
@@ -161,12 +203,14 @@ class LostCommitReply:
 
 class DbCrash:
     name, needs = "db-crash", (DB_CRASH,)
+    summary = "PostgreSQL is killed (postmaster and every backend) and restarted on the same data directory"
+    expects = "reconnect and retry after rollback (bounded), or answer; what was committed before the crash stays"
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run, barrier)
+        injection.open_xid = open_write_xid(run, barrier, injection)
         run.world.cluster.crash()
         run.world.cluster.restart()
 
@@ -175,12 +219,17 @@ class Pause:
     """SIGSTOP at the barrier, move the clock past the lease, let a second processor take over, SIGCONT."""
 
     name, needs = "pause", ()
+    summary = ("processor barriers only: SIGSTOP to your group, the server clock moved past your lease, a second "
+               "copy of your command drains everything due, then SIGCONT and the reply")
+    expects = ("stopped inside a transaction you still hold its row locks and may commit; stopped between "
+               "transactions, your next transaction for that schedule finds another dispatch revision and writes "
+               "nothing (`late-writes-fenced`)")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"
 
     def inject(self, run, impl, barrier, injection):
-        injection.open_xid = open_write_xid(run, barrier)
+        injection.open_xid = open_write_xid(run, barrier, injection)
         impl.pause()
         try:
             run.advance(timedelta(seconds=run.scenario.lease_seconds + 1))
@@ -188,14 +237,104 @@ class Pause:
             counts = run.drain(second)
             injection.details["takeover_passes"] = counts
             second.stop()
-            if barrier.position == "after-commit" and not run.concurrent and "schedule_id" in injection.context:
+            if barrier.position == "after-commit" and "schedule_id" in injection.context:
                 # Between its transactions the paused processor holds no lock: from here on its lease is
                 # another's, so whatever it does next for this schedule must be fenced (write nothing).
-                schedule_id = injection.context["schedule_id"]
-                run.late_probe = ({"schedule_id": schedule_id, "barrier": barrier.name},
-                                  run.schedule_rows(schedule_id))
+                take_late_probe(run, impl, barrier, injection)
         finally:
             impl.resume()
 
 
-FAULTS: dict[str, Fault] = {fault.name: fault for fault in (Kill(), Disconnect(), LostCommitReply(), DbCrash(), Pause())}
+def take_late_probe(run: "CaseRun", impl: "Implementation", barrier: Barrier, injection: Injection) -> None:
+    """Snapshot the faulted processor's schedule for `late-writes-fenced`. A processor racing beside it may write
+    for that schedule legitimately (it may have claimed it once the lease expired), so its pass ends first: after
+    the snapshot only the faulted processor still runs."""
+    injection.details["racers_waited_for"] = run.wait_for_other_racers(impl.label)
+    schedule_id = str(injection.context["schedule_id"])
+    run.late_probe = ({"schedule_id": schedule_id, "barrier": barrier.name, "instance": impl.label},
+                      run.schedule_rows(schedule_id))
+
+
+class Stall:
+    """SIGSTOP inside the open transaction, end its server session (as idle_in_transaction_session_timeout or an
+    operator would), let a second processor take the lease over and drain, then SIGCONT: with its connection dead,
+    whatever the first does next must write nothing for that schedule."""
+
+    name, needs = "stall", ()
+    # What a stall tests (the retry after a rollback, once another holds the lease) is the same code at every hit of
+    # a barrier; the first hit of each barrier in each scenario already meets every transaction kind in every
+    # situation the scenarios build (suspension, coalescing, a link conflict, a race). The last hits would add 56
+    # cases to those 94 for that same path (docs/crash-matrix.md, "The stall fault").
+    first_hit_only = "a later hit retries the same transaction under the same fence; the first covers it"
+    summary = ("a processor's before-commit and inside barriers only: SIGSTOP to your group, then the server ends "
+               "the session of your transaction open there (pg_terminate_backend, as "
+               "idle_in_transaction_session_timeout or an operator would), the clock moves past your lease, a second "
+               "copy of your command claims the lease and drains everything due, then SIGCONT and the reply")
+    expects = ("your connection is dead and the transaction aborted: roll back, retry after rollback within your "
+               "bound with the fence checked again, or answer `fail`/`unknown`; either way write nothing more for "
+               "that schedule (`late-writes-fenced`). The barrier's context must name the `schedule_id`; the host finds "
+               "your session as the holder of that schedule's dispatch row (locked or updated), which is exact also "
+               "while two processors race, or else, outside a race, as the one session with an open write "
+               "transaction; a stall with nothing to end fails `stall-took-over`")
+    end_timeout_s = 5.0
+
+    def applies(self, barrier: Barrier) -> str | None:
+        if barrier.transaction not in PROCESSOR_TRANSACTIONS:
+            return "only a processor holds a lease to lose"
+        if not barrier.before_commit:
+            return "only a transaction still open at the barrier has a session to end (pause covers the others)"
+        return None
+
+    def inject(self, run, impl, barrier, injection):
+        stall = injection.details["stall"] = {"ended_backend": None, "took_over": False}
+        schedule_id = injection.context.get("schedule_id")
+        injection.open_xid, backend = open_write_backend(run, barrier, injection.context)
+        if schedule_id is None or backend is None:
+            # Nothing to end: the case fails `stall-took-over` instead of passing a stall that never happened.
+            stall["why_not"] = ("the barrier's context names no schedule_id" if schedule_id is None else
+                                "no transaction holds the schedule's dispatch row (or an xid) at the barrier")
+            return
+        schedule_id = str(schedule_id)
+        impl.pause()
+        try:
+            before = self._lease_generation(run, schedule_id)
+            ended = self._end_session(run, backend)
+            stall.update(ended_backend=backend if ended else None, open_xid=injection.open_xid)
+            run.note("session-ended", instance=impl.label, backend=backend, ended=ended)
+            # A racer's pass ends before the clock moves, so the lease is taken over by a processor the host
+            # started for that (or by the racer itself, once the ended transaction released the row).
+            injection.details["racers_waited_for"] = run.wait_for_other_racers(impl.label)
+            run.advance(timedelta(seconds=run.scenario.lease_seconds + 1))
+            second = run.start_implementation("takeover")
+            injection.details["takeover_passes"] = run.drain(second)
+            second.stop()
+            after = self._lease_generation(run, schedule_id)
+            stall["lease_generation"] = {"at_barrier": before, "after_takeover": after}
+            stall["took_over"] = before is not None and after is not None and after > before
+            take_late_probe(run, impl, barrier, injection)
+        finally:
+            impl.resume()
+
+    def _end_session(self, run: "CaseRun", backend: int) -> bool:
+        """pg_terminate_backend, then wait until the backend is gone and its locks with it (polled: the function's own
+        wait sleeps in steps of 100 ms)."""
+        with run.store.admin() as conn:
+            if not conn.execute("select pg_terminate_backend(%s)", (backend,)).fetchone()[0]:
+                return False
+            deadline = time.monotonic() + self.end_timeout_s
+            while time.monotonic() < deadline:
+                if not conn.execute("select exists (select 1 from pg_stat_activity where pid = %s)",
+                                    (backend,)).fetchone()[0]:
+                    return True
+                time.sleep(0.002)
+        return False
+
+    @staticmethod
+    def _lease_generation(run: "CaseRun", schedule_id: str) -> int | None:
+        """The committed lease generation of the schedule's dispatch row (a plain read is not blocked by its lock)."""
+        rows = run._dispatch_rows(schedule_id)
+        return rows[0]["lease_generation"] if rows else None
+
+
+FAULTS: dict[str, Fault] = {fault.name: fault for fault in (Kill(), Disconnect(), LostCommitReply(), DbCrash(), Pause(),
+                                                           Stall())}

@@ -23,7 +23,7 @@ from scenarios.steps import STEPS, during_step
 from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
                      beside_barrier_reached, client_outcomes, coalesced_forward, fence_locked_beside, equivalence, expectations, fence_seen, history_agreement,
                      idle_cursor, late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
-                     universal, vacuity)
+                     stall_took_over, universal, vacuity)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work, instant_text
@@ -134,6 +134,7 @@ class CaseRun:
         self._fallback_client = None
         self._fallback_work = None
         self.concurrent = False  # two processors are running side by side
+        self.racers: dict[str, threading.Thread] = {}  # the threads of the last `race` step, by instance
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.model = Model()  # what Gate A says this timeline must produce, kept step by step
@@ -212,6 +213,21 @@ class CaseRun:
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+
+    def wait_for_other_racers(self, label: str, timeout: float | None = None) -> list[str]:
+        """While two processors race, let every racer but `label` finish its pass (a fault calls this from the
+        faulted processor's thread); the racers waited for."""
+        from .implementation import TIMEOUT
+
+        if not self.concurrent:
+            return []
+        waited = []
+        for other, thread in self.racers.items():
+            if other != label and thread is not threading.current_thread():
+                thread.join(TIMEOUT["operation"] if timeout is None else timeout)
+                waited.append(other)
+        self.note("racers-finished", instances=waited)
+        return waited
 
     # -- world helpers -------------------------------------------------------------------------------
 
@@ -495,6 +511,7 @@ class CaseRun:
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
                                for label in labels]
+                    self.racers = dict(zip(labels, threads))
                     self.concurrent = True
                     for thread in threads:
                         thread.start()
@@ -797,7 +814,8 @@ class CaseRun:
                                                              "hits_seen": self.hits}], 1))
                 fate_check = self._transaction_fate(fate)
                 deadline_check = client_deadline(self.injection.details) if fired else None
-                checks += [c for c in (fate_check, deadline_check) if c is not None]
+                stall_check = stall_took_over(self.injection.details) if fired else None
+                checks += [c for c in (fate_check, deadline_check, stall_check) if c is not None]
                 if baseline is not None and self.scenario.equivalence:
                     checks.append(equivalence(picture, baseline))
             outcome.checks, outcome.picture = checks, picture

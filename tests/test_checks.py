@@ -233,7 +233,8 @@ def test_a_pending_coalesced_range_only_moves_its_last_instant_forward():
 def test_a_resumed_processor_that_writes_after_losing_its_lease_fails_the_fence_check():
     from testhost.checks import late_writes
     before = {"dispatch": [{"dispatch_revision": 4}], "occurrences": []}
-    assert late_writes(before, dict(before), {"schedule_id": "s"}).ok
+    held = late_writes(before, dict(before), {"schedule_id": "s"})
+    assert held.ok and held.rows == 1  # the rows held still, not the tables
     result = late_writes(before, {**before, "dispatch": [{"dispatch_revision": 5}]}, {"schedule_id": "s"})
     assert not result.ok and "dispatch" in result.evidence[0]["changed"] and "under a lease" in result.rule
 

@@ -21,7 +21,11 @@ def test_unreached_barriers_and_impossible_faults_are_skipped_with_reasons():
     reasons = {(s.barrier, s.fault): s.reason for s in skipped}
     assert "never reaches schedule-link-after-commit" in reasons[("schedule-link-after-commit", "*")]
     assert all(p.barrier in census["at-single"] for p in plans)
-    assert len(plans) == 2 * len(FAULTS) + len(FAULTS)  # two hits of one barrier, one of the other
+    # two hits of one barrier, one of the other; stall plans the first hit only, and says so
+    assert len(plans) == 2 * len(FAULTS) - 1 + len(FAULTS)
+    assert ("schedule-decision-before-commit", "stall", 1) in planned
+    assert ("schedule-decision-before-commit", "stall", 2) not in planned
+    assert "hit 2: stall plans first hits only" in reasons[("schedule-decision-before-commit", "stall")]
 
 
 def test_fault_applicability():
