@@ -29,6 +29,9 @@ CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a 
 IDLE_CURSOR = "the cursor moves only in a decision that disposes of at least one due instant"
 EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
             "create a new Schedule identity after resolving the cause.")
+WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
+              "clock_timestamp() sample.")
+PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -198,6 +201,28 @@ MUTANTS: tuple[Mutant, ...] = (
               '        s.defer(query("schedule", "record_history"), {"schedule_id": definition["schedule_id"], '
               '"event": event,\n'),),
         slice=("skip-misfire", "anomaly-suspends")),
+    Mutant(
+        "work-accepted-at-transaction-time", WORK_CLOCK,
+        "The Work store stamps acceptance with the bridge's transaction_timestamp() instead of sampling its own "
+        "clock_timestamp().",
+        (Edit("queries/work.sql",
+              "    insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, activity, "
+              "payload)\n    values (appsurface_durable.current_scope(), %(work_id)s, %(idempotency_key)s, %(command)s, "
+              "%(activity)s,\n            %(payload)s)\n",
+              "    insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, activity, "
+              "payload,\n                                           accepted_at_utc)\n"
+              "    values (appsurface_durable.current_scope(), %(work_id)s, %(idempotency_key)s, %(command)s, "
+              "%(activity)s,\n            %(payload)s, transaction_timestamp())\n"),),
+        slice=("work-own-clock",)),
+    Mutant(
+        "decision-counted-before-commit", PASS_COUNTS,
+        "The decision counts straight into the pass's tally before its COMMIT, so a decision rolled back by a "
+        "fault and retried is counted twice.",
+        (Edit("processor.py", "            bridge = self._decide(s, claim, decided)\n",
+              "            bridge = self._decide(s, claim, counts)\n"),
+         Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
+              "        barriers.hit(\"schedule-decision-after-commit\"")),
+        slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
