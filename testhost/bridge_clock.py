@@ -44,16 +44,19 @@ class BridgeClock:
         if name != "schedule-decision-after-commit" or faulted or self.moved or self.busy:
             return
         self.attempts += 1
-        conn = psycopg.connect(self.run.store.dsn("appsurface_durable_owner"), autocommit=False)
+        schedule_id = context.get("schedule_id")  # an implementation that names none has all its rows held
+        conn = None
         try:
-            schedule_id = context.get("schedule_id")
+            conn = psycopg.connect(self.run.store.dsn("appsurface_durable_owner"), autocommit=False)
             held_from = conn.execute("select clock_timestamp()").fetchone()[0]
             rows = conn.execute("select dispatch_id from appsurface_durable.schedule_dispatch "
                                 "where %(id)s::uuid is null or schedule_id = %(id)s::uuid for update",
                                 {"id": schedule_id}).fetchall()
-        except BaseException:
-            conn.close()
-            raise
+        except psycopg.Error as exc:  # the next committed decision tries again; a run with no move fails the check
+            if conn is not None:
+                conn.close()
+            self.run.note("bridge-clock-released", moved=False, reason=f"hold failed: {type(exc).__name__}: {exc}")
+            return
         self.run.note("bridge-clock-hold", instance=impl.label, schedule_id=schedule_id, rows=len(rows))
         self._thread = threading.Thread(target=self._wait_and_move, args=(impl, conn, schedule_id, held_from),
                                         daemon=True)
