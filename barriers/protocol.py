@@ -303,10 +303,12 @@ NORMATIVE = (
         "`transaction_timestamp()`; the occurrence's `materialized_at_utc` is the bridge transaction's "
         "`transaction_timestamp()`. So a linked Work's `accepted_at_utc` is later than its occurrence's "
         "`materialized_at_utc`. The scenarios that set `bridge_clock_shift_s` ({bridge_clock_scenarios}) pin it: "
-        "the host holds the schedule's dispatch row (`FOR UPDATE`) from the first `schedule-decision-after-commit` "
-        "until the bridge transaction waits for that lock, moves the server clock forward by that many seconds, "
-        "and lets go; the Work accepted in that bridge must carry an `accepted_at_utc` at or after the moved "
-        "clock. Lock the dispatch row with a plain `FOR UPDATE` that waits (`work-own-clock`).",
+        "at a committed decision's `schedule-decision-after-commit` (the first one no fault fired at; again at "
+        "the next until one move happened) the host takes the schedule's dispatch row `FOR UPDATE` and replies; "
+        "once the bridge transaction waits for that lock it moves the server clock forward by that many seconds "
+        "and lets go. The Work accepted in that bridge must carry an `accepted_at_utc` at or after the moved "
+        "clock, and a run in which the clock never moved inside a bridge fails. Lock the dispatch row with a "
+        "plain `FOR UPDATE` that waits (`work-own-clock`).",
         "The Work payload is yours: the checks do not read it. The reference writes `{\"target\": <the "
         "generation's target payload>, \"occurrence\": {schedule_id, generation, kind, first_nominal_utc, "
         "last_nominal_utc}}` with instants in the canonical form above.",
