@@ -196,8 +196,10 @@ COUNT_RULES = (
     "racing (scenario steps `race`) cannot be told apart in the tables: their counts are summed and compared with "
     "what committed while either ran. A request during which a `lost-commit-reply` or `pause` fault fired is not "
     "compared (a COMMIT whose reply was lost is unknown to you, and during a pause another processor works), nor "
-    "is an answer other than `ok`; the case's timeline says why (`counts-not-compared`). A `kill`, `disconnect` "
-    "or `db-crash` fault leaves you knowing what committed: those requests are compared.",
+    "are racing requests during which any fault fired (it waits for one processor at its barrier and may cut the "
+    "other's COMMIT, leaving that one's outcome unknown to it), nor an answer other than `ok`; the case's "
+    "timeline says why (`counts-not-compared`). A `kill`, `disconnect` or `db-crash` fault at one processor's "
+    "barrier leaves it knowing what committed: those requests are compared.",
 )
 
 BY_OPERATION = {op.name: op for op in OPERATIONS}

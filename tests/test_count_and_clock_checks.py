@@ -46,6 +46,7 @@ def test_exact_counts_pass_and_a_count_off_by_one_fails_naming_the_count():
     exact = {"claimed": 1, "occurrences": 1, "materialized": 1, "suspended": 0, "noops": 7, "errors": ["x"]}
     assert process_counts([_window(exact, seen)]).ok  # names outside the registry are not read
     assert process_counts([_window({"claimed": 1}, seen)]).ok  # every name is optional
+    assert process_counts([_window({"noops": 1}, seen)]).rows == 0  # nothing of the registry reported: no row held
     twice = process_counts([_window({**exact, "occurrences": 2}, seen)])
     assert not twice.ok and twice.rows == 1
     assert twice.evidence[0]["counts"] == {"occurrences": {"reported": 2, "seen": 1}}
@@ -65,6 +66,10 @@ def test_racing_processors_are_compared_by_their_sum():
     result = process_counts([_window(both_claimed_all, seen, outcomes=("ok", "ok"))])
     assert not result.ok and result.evidence[0]["counts"]["claimed"] == {"reported": 6, "seen": 3}
     assert result.evidence[0]["instances"] == ["A", "B"]
+    # a fault at one racer's barrier may cut the other's COMMIT, whose outcome that one cannot know
+    cut = _window(split, {"claimed": 3, "materialized": 4}, outcomes=("ok", "ok"), faults=("disconnect",))
+    assert counts_not_compared(cut) == "a disconnect fault fired while two processors ran"
+    assert process_counts([cut]).ok and process_counts([cut]).rows == 0
 
 
 def test_a_window_the_implementation_cannot_know_is_not_compared_and_says_why():
