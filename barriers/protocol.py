@@ -108,7 +108,8 @@ OPERATIONS = (
                Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own)"),
                Field("cancel_after", "integer", False, "cancel the pass after this many schedules: cancellation "
                      "must be observed before the next lease is started, and what was committed stays committed")),
-              "counts: an object of integers (`claimed`, `materialized`, ... any the implementation keeps)"),
+              "counts: an object of integers, any of the names under *Counts of a pass* below (each optional; "
+              "other names are yours, and the host ignores them)"),
     Operation("create", False, "create a schedule",
               (_spec, Field("schedule_id", "string (UUID)", False, "the identity to create under"),
                Field("command_id", "string (UUID)", False, "idempotency key of the command")),
@@ -153,6 +154,52 @@ MESSAGES = (
             (Field("action", "string", True, "`continue`"),),
             '{"type": "barrier-reply", "action": "continue"}'),
     Message("shutdown", "host → implementation", "exit cleanly", (), '{"type": "shutdown"}'),
+)
+
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count a `process-due` answer may report: what it counts, and how the verifier sees it committed."""
+
+    name: str
+    meaning: str
+    seen_as: str
+
+
+# The counts the host compares with the committed facts (`process-counts`). Each is optional; every one that is
+# reported must be exact. Counts of what leaves no durable fact the verifier can attribute (a fenced transaction
+# writes nothing; two decisions extending one coalesced occurrence leave one move) are not named here.
+COUNTS = (
+    Count("claimed", "dispatch rows this pass claimed: claim transactions that committed and returned a row",
+          "the sum of `schedule_dispatch.lease_generation` moved by this many (each claim advances a row's lease "
+          "generation by one)"),
+    Count("occurrences", "occurrences of kind `nominal` or `recovery` this pass created (each waits for a bridge of "
+          "its own; a coalesced occurrence created or extended is not counted here)",
+          "this many new `schedule_occurrences` rows of kind `nominal` or `recovery`"),
+    Count("materialized", "occurrences this pass linked to their accepted Work",
+          "this many `schedule_occurrences` rows whose `work_id` went from null to set"),
+    Count("suspended", "schedules this pass suspended (runtime epoch, scope generation, clock anomaly, idempotency "
+          "conflict)", "this many new `schedule_history` rows with event `suspended`"),
+    Count("recovery_skipped", "recovery ranges this pass skipped under misfire policy `skip`",
+          "this many new `schedule_history` rows with event `recovery-skipped`"),
+)
+BY_COUNT = {count.name: count for count in COUNTS}
+
+# How the host compares the counts, rendered under the table of counts in PROTOCOL.md.
+COUNT_RULES = (
+    "Count only what committed: a transaction rolled back (and retried) or whose COMMIT outcome is unknown adds "
+    "nothing, even if it did commit. A count is a JSON integer; a name reported by a pass must be exact, a name left "
+    "out is not read.",
+    "The host reads the normative tables just before it sends a `process-due` request and again once the answer "
+    "came, and compares each reported count of an `ok` answer with what committed in between. Two processors "
+    "racing (scenario steps `race`) cannot be told apart in the tables: their counts are summed and compared with "
+    "what committed while either ran. A request during which a `lost-commit-reply` or `pause` fault fired is not "
+    "compared (a COMMIT whose reply was lost is unknown to you, and during a pause another processor works), nor "
+    "are racing requests during which any fault fired (it waits for one processor at its barrier and may cut the "
+    "other's COMMIT, leaving that one's outcome unknown to it), nor an answer other than `ok`; the case's "
+    "timeline says why (`counts-not-compared`). A `kill`, `disconnect` or `db-crash` fault at one processor's "
+    "barrier leaves it knowing what committed: those requests are compared.",
 )
 
 BY_OPERATION = {op.name: op for op in OPERATIONS}
@@ -257,6 +304,17 @@ NORMATIVE = (
         "where no link exists write exactly the derived tuple and the state `materialized`; where another Work "
         "holds the occurrence's idempotency key, link nothing and suspend the schedule with reason "
         "`idempotency-conflict` in the same transaction (`link-compare-or-return`).",
+        "The Work owns its clock: a Work accepted in the bridge carries `accepted_at_utc` = `clock_timestamp()` "
+        "sampled when it is inserted (the reference's column default), never the bridge's "
+        "`transaction_timestamp()`; the occurrence's `materialized_at_utc` is the bridge transaction's "
+        "`transaction_timestamp()`. So a linked Work's `accepted_at_utc` is later than its occurrence's "
+        "`materialized_at_utc`. The scenarios that set `bridge_clock_shift_s` ({bridge_clock_scenarios}) pin it: "
+        "at a committed decision's `schedule-decision-after-commit` (the first one no fault fired at; again at "
+        "the next until one move happened) the host takes the schedule's dispatch row `FOR UPDATE` and replies; "
+        "once the bridge transaction waits for that lock it moves the server clock forward by that many seconds "
+        "and lets go. The Work accepted in that bridge must carry an `accepted_at_utc` at or after the moved "
+        "clock, and a run in which the clock never moved inside a bridge fails. Lock the dispatch row with a "
+        "plain `FOR UPDATE` that waits (`work-own-clock`).",
         "The Work payload is yours: the checks do not read it. The reference writes `{\"target\": <the "
         "generation's target payload>, \"occurrence\": {schedule_id, generation, kind, first_nominal_utc, "
         "last_nominal_utc}}` with instants in the canonical form above.",
@@ -283,6 +341,8 @@ NORMATIVE = (
         "transactions committed. Once any transaction of a `process-due` pass committed (the claim's lease "
         "included), the pass answers `ok` with its counts, or `unknown` if a later COMMIT's outcome is "
         "unknown; never `fail` (`outcome-honesty`).",
+        "An `ok` answer of `process-due` counts what its pass committed: each count it reports under a name of "
+        "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
         "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import (ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES, PROTOCOL_VERSION,
-                       TIMEOUTS)
+from .protocol import (COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
+                       PROTOCOL_VERSION, TIMEOUTS)
 from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
@@ -78,6 +78,21 @@ def _deadline_scenarios() -> str:
     return ", ".join(f"`{s.name}`" for s in load_catalog() if DEADLINE_COVER in s.covers)
 
 
+def _bridge_clock_scenarios() -> str:
+    from scenarios.model import load_catalog
+    return ", ".join(f"`{s.name}`" for s in load_catalog() if s.bridge_clock_shift_s) or "none"
+
+
+def _counts() -> list[str]:
+    """The counts a `process-due` answer may report, from barriers/protocol.py."""
+    out = ["### Counts of a pass", "",
+           "The value of an `ok` `process-due` answer is an object of counts. Each name below is optional; any other "
+           "name is yours and is not read (the reference also reports `noops`, `coalesced`, `fenced`, `aborted`).",
+           "", "| count | what the pass did | the host sees it as |", "|---|---|---|"]
+    out += [f"| `{c.name}` | {c.meaning} | {c.seen_as} |" for c in COUNTS]
+    return out + [""] + [line for rule in COUNT_RULES for line in (rule, "")]
+
+
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
     from testhost.checks import CHECKS
@@ -89,7 +104,8 @@ def _normative() -> list[str]:
     for section in NORMATIVE:
         out += [f"### {section.title}", ""]
         out += ["- " + rule.replace("{migrations}", _migrations()).replace("{margin}", f"{DEADLINE_MARGIN_S:g}")
-                .replace("{deadline_scenarios}", _deadline_scenarios()) for rule in section.rules]
+                .replace("{deadline_scenarios}", _deadline_scenarios())
+                .replace("{bridge_clock_scenarios}", _bridge_clock_scenarios()) for rule in section.rules]
         out += [""]
     out += ["## The checks", "",
             "Every check certification runs, by the name a report gives it, and the rule its failure names (a spec "
@@ -175,6 +191,8 @@ def render() -> str:
         out += [f"Value on `ok`: {op.value}.", ""]
         if op.fallback:
             out += [f"Fallback when not implemented: {op.fallback}.", ""]
+        if op.name == "process-due":
+            out += _counts()
     out += ["## Barriers", "",
             "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
             "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "

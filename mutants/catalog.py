@@ -31,6 +31,9 @@ EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; pre
             "create a new Schedule identity after resolving the cause.")
 LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares its persisted runtime epoch and scope "
                 "generation with the active store epoch and locked scope generation.")
+WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
+              "clock_timestamp() sample.")
+PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -224,6 +227,28 @@ MUTANTS: tuple[Mutant, ...] = (
               "s.generation as scope_generation, s.routing_id, transaction_timestamp() as cutoff_utc "
               "from appsurface_durable.scopes s where s.scope_id = appsurface_durable.current_scope();"),),
         slice=("fence-beside-decision",)),
+    Mutant(
+        "work-accepted-at-transaction-time", WORK_CLOCK,
+        "The Work store stamps acceptance with the bridge's transaction_timestamp() instead of sampling its own "
+        "clock_timestamp().",
+        (Edit("queries/work.sql",
+              "    insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, activity, "
+              "payload)\n    values (appsurface_durable.current_scope(), %(work_id)s, %(idempotency_key)s, %(command)s, "
+              "%(activity)s,\n            %(payload)s)\n",
+              "    insert into appsurface_durable.work_items (scope_id, work_id, idempotency_key, command, activity, "
+              "payload,\n                                           accepted_at_utc)\n"
+              "    values (appsurface_durable.current_scope(), %(work_id)s, %(idempotency_key)s, %(command)s, "
+              "%(activity)s,\n            %(payload)s, transaction_timestamp())\n"),),
+        slice=("work-own-clock",)),
+    Mutant(
+        "decision-counted-before-commit", PASS_COUNTS,
+        "The decision counts straight into the pass's tally before its COMMIT, so a decision rolled back by a "
+        "fault and retried is counted twice.",
+        (Edit("processor.py", "            bridge = self._decide(s, claim, decided)\n",
+              "            bridge = self._decide(s, claim, counts)\n"),
+         Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
+              "        barriers.hit(\"schedule-decision-after-commit\"")),
+        slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

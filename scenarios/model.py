@@ -47,6 +47,8 @@ class Scenario:
     expect: dict[str, dict[str, Any]]
     equivalence: bool = True
     lease_seconds: float = 2.0
+    # Move the server clock forward this many seconds inside the first bridge transaction (docs/crash-matrix.md).
+    bridge_clock_shift_s: float | None = None
     source: str = ""
     origin: str = ""  # the file it was read from
 
@@ -94,9 +96,14 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
             check_expectation(schedule, want)
         except StepError as exc:
             raise ScenarioError(f"{label}: {exc}") from None
+    shift = data.get("bridge_clock_shift_s")
+    if shift is not None and (isinstance(shift, bool) or not isinstance(shift, (int, float)) or shift <= 0):
+        raise ScenarioError(f"{label}: bridge_clock_shift_s must be a positive number of seconds")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
-                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text, origin=origin or "")
+                    lease_seconds=float(data.get("lease_seconds", 2.0)),
+                    bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
+                    origin=origin or "")
 
 
 def _load_folder(folder) -> list[Scenario]:

@@ -831,6 +831,9 @@ SCENARIO_FIELDS = (
     Field("lease_seconds", (int, float), "the lease every pass asks for (default 2); recovery moves the clock "
           "by this plus one second"),
     Field("equivalence", (bool,), "false: the faulted runs are not compared with the fault-free run"),
+    Field("bridge_clock_shift_s", (int, float), "move the server clock by this many seconds inside a bridge "
+          "transaction (the host holds the dispatch row after a committed decision until the bridge waits for it), "
+          "to show that Work samples its own clock"),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )

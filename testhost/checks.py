@@ -825,3 +825,115 @@ def fence_locked_beside(observations: list[tuple[int, dict]], outcomes: list[dic
         return None
     evidence, rows = _acted_past_fences([(a, b) for a, b in _consecutive(observations) if b[0] in steps])
     return CheckResult("fence-locked-beside-decision", LOCKED_FENCE, not evidence, evidence, rows)
+PROCESS_COUNTS = rule_of(
+    "process-counts",
+    "An `ok` answer of `process-due` counts what its pass committed: each count it reports under a name of "
+    "*Counts of a pass* equals what the verifier saw commit while the pass ran. (Read in the normative tables "
+    "before and after each request; two racing processors' counts summed; a request during which a lost COMMIT "
+    "reply or a pause fired, or any fault while two processors raced, is not compared.)")
+# How the verifier sees each count of barriers/protocol.py COUNTS: a fact that only grows, so what committed in a
+# window is after − before. A test keeps these names and the registry's the same.
+COUNT_FACTS: dict[str, str] = {
+    "claimed": "select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch",
+    "occurrences": "select count(*) from appsurface_durable.schedule_occurrences "
+                   "where occurrence_kind in ('nominal', 'recovery')",
+    "materialized": "select count(*) from appsurface_durable.schedule_occurrences where work_id is not null",
+    "suspended": "select count(*) from appsurface_durable.schedule_history where event = 'suspended'",
+    "recovery_skipped": "select count(*) from appsurface_durable.schedule_history where event = 'recovery-skipped'",
+}
+# Faults after which the implementation cannot know what its pass committed (a COMMIT whose reply was lost), or
+# after which another processor worked inside the window (the takeover during a pause).
+UNCOUNTABLE_FAULTS = ("lost-commit-reply", "pause")
+
+
+def counts_not_compared(window: dict) -> str | None:
+    """Why a window's counts cannot be held to the facts, or None when they must agree."""
+    if window.get("after") is None:
+        return f"the verifier could not read the tables after the request: {window.get('unread')}"
+    others = sorted({a["outcome"] for a in window["answers"] if a["outcome"] != "ok"})
+    if others:
+        return f"an answer was {', '.join(others)}, not ok"
+    faults = sorted(set(window["faults"]) & set(UNCOUNTABLE_FAULTS))
+    if faults:
+        return f"a {', '.join(faults)} fault fired during the request"
+    if window["faults"] and len(window["answers"]) > 1:
+        # The fault waits for one processor at its barrier; the other may be inside a COMMIT the fault cut, whose
+        # outcome it cannot know (and so, rightly, does not count).
+        return f"a {', '.join(sorted(set(window['faults'])))} fault fired while two processors ran"
+    return None
+
+
+def process_counts(windows: list[dict]) -> CheckResult:
+    """Each compared window: every registered count the answers reported (summed over racing processors) against
+    what the facts moved by. A name no answer reports is not read; one that is not an integer is wrong."""
+    evidence = []
+    rows = 0
+    for window in windows:
+        if counts_not_compared(window):
+            continue
+        values = [a["value"] if isinstance(a["value"], dict) else {} for a in window["answers"]]
+        rows += any(name in v for v in values for name in COUNT_FACTS)  # a window with nothing reported held nothing
+        wrong = {}
+        for name in COUNT_FACTS:
+            reported = [v[name] for v in values if name in v]
+            if not reported:
+                continue
+            seen = window["after"][name] - window["before"][name]
+            if any(isinstance(r, bool) or not isinstance(r, int) for r in reported):
+                wrong[name] = {"reported": reported, "seen": seen, "not_an_integer": True}
+            elif len(reported) < len(values):
+                wrong[name] = {"reported": reported, "seen": seen, "reported_by_only_some_of_the_racers": True}
+            elif sum(reported) != seen:
+                wrong[name] = {"reported": sum(reported), "seen": seen}
+        if wrong:
+            evidence.append({"during": window["during"], "instances": [a["instance"] for a in window["answers"]],
+                             "counts": wrong, "answers": values, "faults_during_it": window["faults"]})
+    return CheckResult("process-counts", PROCESS_COUNTS, not evidence, evidence, rows)
+
+
+WORK_CLOCK = rule_of(
+    "work-own-clock",
+    "The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
+    "clock_timestamp() sample. (A linked Work's accepted_at_utc is later than the bridge's transaction_timestamp(), "
+    "its occurrence's materialized_at_utc; where the host moved the server clock while the bridge waited for its "
+    "dispatch row, the Work accepted there carries a sample at or after the moved clock.)")
+
+
+def work_own_clock(state: StoreState, moves: list[dict], *, planned: bool = False, promised: bool = False,
+                   attempts: int = 0) -> CheckResult:
+    """Every linked Work against its bridge's transaction time, and the Work of a bridge the host held against the
+    clock it moved meanwhile. `planned`: the scenario moves the clock in a bridge, so a run where it never moved
+    fails; `promised`: the held bridge must also have committed its Work (the fault-free run)."""
+    work = state.work_by_id()
+    evidence = []
+    rows = held = 0
+    for o in state.occurrences:
+        w = work.get(o["work_id"]) if o["work_id"] is not None else None
+        if w is None or o["work_id"] in state.planted or o["materialized_at_utc"] is None \
+                or w["idempotency_key"] != o["work_idempotency_key"]:
+            continue  # no link, or one the link checks judge
+        rows += 1
+        accepted, bridge = w["accepted_at_utc"], o["materialized_at_utc"]
+        if accepted <= bridge:
+            evidence.append({"occurrence": _occurrence_key(o), "work_id": o["work_id"],
+                             "work_accepted_at_utc": instant_text(accepted),
+                             "bridge_transaction_time (materialized_at_utc)": instant_text(bridge),
+                             "expected": "a clock_timestamp() sample later than the bridge's transaction time"})
+        for move in moves:
+            if move["schedule_id"] not in (None, str(o["schedule_id"])) \
+                    or not move["held_from"] <= bridge <= move["moved_at"]:
+                continue
+            held += 1
+            at_least = move["moved_at"] + timedelta(seconds=move["shift_s"])
+            if accepted < at_least:
+                evidence.append({"occurrence": _occurrence_key(o), "work_id": o["work_id"],
+                                 "bridge_began_before": instant_text(move["moved_at"]),
+                                 "clock_moved_by_s": move["shift_s"], "work_accepted_at_utc": instant_text(accepted),
+                                 "expected_at_or_after": instant_text(at_least)})
+    if planned and not moves:
+        evidence.append({"planned": "a server clock move inside a bridge transaction", "happened": False,
+                         "decisions_held": attempts,
+                         "why": "no transaction waited for the dispatch row the host held after a committed decision"})
+    elif promised and not held:
+        evidence.append({"planned": "a Work accepted in the bridge the host held", "happened": False, "moves": moves})
+    return CheckResult("work-own-clock", WORK_CLOCK, not evidence, evidence, rows)

@@ -20,15 +20,17 @@ from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import STEPS, during_step
 
-from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult, client_deadline,
-                     beside_barrier_reached, client_outcomes, coalesced_forward, fence_locked_beside, equivalence, expectations, fence_seen, history_agreement,
-                     idle_cursor, late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
-                     stall_took_over, universal, vacuity)
+from .bridge_clock import BridgeClock
+from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+                     beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
+                     equivalence, expectations, fence_locked_beside, fence_seen, history_agreement, idle_cursor,
+                     late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
+                     process_counts, stall_took_over, universal, vacuity, work_own_clock)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work, instant_text
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from .model import Generation, Model
+from .model import Model
 from .state import read_state
 from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
@@ -154,6 +156,12 @@ class CaseRun:
         self.snapshots: dict[str, tuple] = {}  # name -> (store snapshot, model)
         self.restores: list[dict] = []
         self.restored_at_step = False  # the step just run restored the store: its observation starts afresh
+        # Per stretch of time with a `process-due` request in flight (two when processors race): the counts the
+        # answers reported and the committed facts the verifier read before and after, for `process-counts`.
+        self.count_windows: list[dict] = []
+        self._window: dict | None = None
+        self._window_lock = threading.Lock()
+        self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
 
     @property
     def owner(self) -> KeptSession:
@@ -205,6 +213,7 @@ class CaseRun:
                 asked["committed"].append(name)
             if fire:
                 asked["faulted"] = name
+        self._watch_barrier(impl, name, context, fire)
         if fire:
             self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
             try:
@@ -228,6 +237,14 @@ class CaseRun:
                 waited.append(other)
         self.note("racers-finished", instances=waited)
         return waited
+    def _watch_barrier(self, impl: Implementation, name: str, context: dict, fire: bool) -> None:
+        """What the counts and the Work clock need from a barrier: a fault inside a counting window, and the
+        committed decision at which the bridge's clock move starts."""
+        window = self._window
+        if fire and window is not None:
+            window["faults"].append(self.plan.fault)
+        if self.bridge_clock is not None:
+            self.bridge_clock.at_barrier(impl, name, context, faulted=fire)
 
     # -- world helpers -------------------------------------------------------------------------------
 
@@ -666,14 +683,63 @@ class CaseRun:
 
     def _ask(self, impl: Implementation, op: str, args: dict) -> Response:
         """One request to an implementation, kept in `answers` with what committed while it ran."""
+        counting = op == "process-due"
+        if counting:
+            self._open_window()
         asked = self._asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
+        response = None
         try:
             response = impl.request(op, args)
         finally:
             self._asking.pop(impl.label, None)
+            if counting:
+                self._close_window(impl, response)
         self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
                              "problem": response.problem})
         return response
+
+    def _count_facts(self) -> dict:
+        """The committed facts the registered counts are seen as, in one statement (one snapshot)."""
+        with self.owner() as conn:
+            return dict(conn.execute("select " + ", ".join(f"({sql})::bigint as {name}"
+                                                           for name, sql in COUNT_FACTS.items())).fetchone())
+
+    def _during(self) -> str | None:
+        """Which part of the case runs now: a scenario step, the recovery, the final drain or a settle."""
+        for event in reversed(self.timeline):
+            if event["event"] == "step":
+                return f"step {event['index'] + 1} ({event['op']})"
+            if event["event"] in ("recovery", "final-drain", "settle"):
+                return event["event"]
+        return None
+
+    def _open_window(self) -> None:
+        """A `process-due` request is about to be sent: read the facts first unless another pass is in flight."""
+        with self._window_lock:
+            if self._window is None:
+                self._window = {"before": self._count_facts(), "answers": [], "faults": [], "during": self._during(),
+                                "in_flight": 0}
+            self._window["in_flight"] += 1
+
+    def _close_window(self, impl: Implementation, response: Response | None) -> None:
+        """A `process-due` answer came (or none: the request broke): the last one in flight reads the facts again."""
+        with self._window_lock:
+            window = self._window
+            window["answers"].append({"instance": impl.label, "outcome": response.outcome if response else "none",
+                                      "value": response.value if response else None})
+            window["in_flight"] -= 1
+            if window["in_flight"]:
+                return
+            self._window = None
+            try:
+                window["after"] = self._count_facts()
+            except Exception as exc:  # noqa: BLE001 - the facts are unknown; the window is not compared
+                window["after"], window["unread"] = None, f"{type(exc).__name__}: {exc}"
+            self.count_windows.append(window)
+        reason = counts_not_compared(window)
+        if reason:
+            self.note("counts-not-compared", reason=reason, during=window["during"],
+                      instances=[a["instance"] for a in window["answers"]])
 
     def _record(self, response: Response, op: str, label: str = "A") -> None:
         self.note("response", instance=label, op=op, outcome=response.outcome, value=response.value,
@@ -807,6 +873,7 @@ class CaseRun:
             drills = self.restore_measurements()
             if drills:
                 outcome.measurements["restore-drills"] = drills
+            checks += self._count_and_clock_checks(state)
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,
@@ -839,7 +906,19 @@ class CaseRun:
             outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
         return outcome
 
+    def _count_and_clock_checks(self, state) -> list[CheckResult]:
+        """The counts every `ok` pass reported against the committed facts, and the Work's own clock."""
+        clock = self.bridge_clock
+        if clock is not None:
+            clock.join()
+        return [process_counts(self.count_windows),
+                work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
+                               promised=clock is not None and self.plan.fault is None,
+                               attempts=clock.attempts if clock else 0)]
+
     def _teardown(self) -> None:
+        if self.bridge_clock is not None:
+            self.bridge_clock.join()  # its hold ends within its wait: no lock outlives the case
         for impl in self.started:
             try:
                 impl.stop()

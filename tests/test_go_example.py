@@ -47,3 +47,6 @@ def test_the_go_example_certifies_every_processor_barrier_under_every_fault(go_e
               for name, fault in FAULTS.items() if fault.applies(b) is None}
     ran = {(c["barrier"], c["fault"]) for c in report["cases"] if c["fault"] is not None}
     assert ran == wanted, f"not run: {sorted(wanted - ran)}"
+    # its counts carry the registry's names, so the host held them to the committed facts in every case
+    counted = [next(ch for ch in c["checks"] if ch["name"] == "process-counts") for c in report["cases"]]
+    assert all(ch["ok"] and ch["rows"] >= 1 for ch in counted)

@@ -74,7 +74,8 @@ type processor struct {
 	owner      string
 
 	counts    map[string]int
-	committed bool // this pass committed something durable: a failure can no longer be a clean `fail`
+	tally     map[string]int // what the open scoped transaction did, added to counts only once it committed
+	committed bool           // this pass committed something durable: a failure can no longer be a clean `fail`
 }
 
 type claim struct {
@@ -90,8 +91,11 @@ func (r *refusal) Error() string { return r.detail }
 
 // processDue is one bounded pass: claim, decide and bridge one schedule at a time.
 func (p *processor) processDue(r processRequest) map[string]any {
-	p.counts = map[string]int{"claimed": 0, "materialized": 0, "coalesced": 0, "recovered": 0, "skipped": 0,
-		"suspended": 0, "fenced": 0}
+	// The names of PROTOCOL.md's "Counts of a pass" (claimed, occurrences, materialized, suspended,
+	// recovery_skipped), which the host holds to the committed facts, and this example's own (coalesced,
+	// recovered, fenced), which it ignores.
+	p.counts = map[string]int{"claimed": 0, "occurrences": 0, "materialized": 0, "suspended": 0,
+		"recovery_skipped": 0, "coalesced": 0, "recovered": 0, "fenced": 0}
 	p.committed = false
 	for i := 0; i < r.maximum; i++ {
 		if r.cancelAfter >= 0 && i >= r.cancelAfter {
@@ -237,6 +241,7 @@ type locked struct {
 // was taken over or released, or the schedule was deleted); the transaction is then rolled back.
 func (p *processor) open(c *claim) (*locked, error) {
 	s := p.runtime
+	p.tally = map[string]int{} // a transaction rolled back and retried counts nothing of its first attempt
 	if err := s.begin(); err != nil {
 		s.rollback()
 		return nil, err
@@ -297,9 +302,13 @@ func (p *processor) open(c *claim) (*locked, error) {
 func (p *processor) finish(s *session, before, after string, context map[string]any) error {
 	p.ch.barrier(before, context)
 	if err := s.commit(); err != nil {
-		return err
+		return err // unknown or failed: what this transaction did is not counted
 	}
 	p.committed = true
+	for name, n := range p.tally {
+		p.counts[name] += n
+	}
+	p.tally = map[string]int{}
 	p.ch.barrier(after, context)
 	return nil
 }
@@ -338,7 +347,7 @@ func (p *processor) suspend(c *claim, l *locked, reason string, detail map[strin
 	if err := p.history(c.scheduleID, "suspended", l.gen.Number, detail); err != nil {
 		return err
 	}
-	p.counts["suspended"]++
+	p.tally["suspended"]++
 	return p.release(l, nil)
 }
 
@@ -469,13 +478,13 @@ func (p *processor) dispose(c *claim, l *locked, first, last, count int64, slotH
 			return nil, err
 		}
 		if g.Misfire == "skip" {
-			p.counts["skipped"]++
+			p.tally["recovery_skipped"]++
 			return nil, nil
 		}
-		p.counts["recovered"]++
+		p.tally["recovered"]++
 	}
 	if slotHeld {
-		p.counts["coalesced"]++
+		p.tally["coalesced"]++
 		for _, o := range pending {
 			if o.kind == "coalesced" {
 				if micros(o.last) >= last {
@@ -489,6 +498,8 @@ func (p *processor) dispose(c *claim, l *locked, first, last, count int64, slotH
 			}
 		}
 		kind = "coalesced"
+	} else {
+		p.tally["occurrences"]++
 	}
 	err := s.exec(`insert into appsurface_durable.schedule_occurrences
 	                 (scope_id, schedule_id, generation, occurrence_kind, first_nominal_utc, last_nominal_utc, state,
