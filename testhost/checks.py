@@ -21,10 +21,16 @@ class CheckResult:
     ok: bool
     evidence: list[Any] = field(default_factory=list)
     rows: int = 0  # how many rows the check examined
+    # Why the check was not applied to this case (it then neither passed nor failed; `ok` stays true so that
+    # no verdict counts it as a failure, and every renderer shows it as "not compared").
+    skipped: str | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "rule": self.rule, "ok": self.ok, "rows": self.rows,
-                "evidence": [_jsonable(e) for e in self.evidence]}
+        found = {"name": self.name, "rule": self.rule, "ok": self.ok, "rows": self.rows,
+                 "evidence": [_jsonable(e) for e in self.evidence]}
+        if self.skipped is not None:
+            found["skipped"] = self.skipped
+        return found
 
 
 def _jsonable(value: Any) -> Any:
