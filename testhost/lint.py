@@ -1,0 +1,151 @@
+"""`crashproof scenarios --lint`: the steps after which a fault's recovery (which moves the server clock by
+lease_seconds + 1) changes what the timeline must end in, found by replaying the scenario in the model with and
+without that shift; a faulted case at such a step is judged by the model alone, not against the fault-free run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scenarios.model import T0, Scenario, Step, relative
+
+from .checks import comparable
+from .model import Generation, Model, picture
+
+# The steps in which a barrier can fire (the catalog's transactions are a processor's claim, decision and bridge,
+# and the Work-terminal transition), so the only ones a fault's recovery can follow; the final drain is one too.
+# A pause fires only in a processor's transactions and moves the clock twice (for the takeover, then the recovery).
+PROCESSOR_STEPS = {"process", "race", "drain"}
+FAULT_STEPS = PROCESSOR_STEPS | {"complete-work"}
+FINAL_DRAIN = "the final drain"
+
+
+def generation_of(spec: dict, accepted_at: datetime) -> Generation:
+    """A scenario spec as the model's generation (its number is set by create or update)."""
+    return Generation(
+        1, spec["kind"], accepted_at,
+        at=relative(spec["at"]) if "at" in spec else None,
+        after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
+        every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
+        anchor=(relative(spec["anchor"]) if "anchor" in spec else accepted_at) if spec["kind"] == "every" else None,
+        misfire=spec.get("misfire_policy", "run-once"),
+        window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    origin: str
+    step: Step | None  # None: the final drain
+    shift_s: float
+    fault: str  # "any fault" or "pause"
+    schedules: tuple[str, ...]  # whose outcome differs
+    instants: tuple[str, ...]  # nominal instants within the shift after the step, relative to T0
+
+    def line(self) -> str:
+        near = f"; nominal instant {', '.join(self.instants)} lies within it" if self.instants else ""
+        where = FINAL_DRAIN if self.step is None else f"step {self.step.index + 1} ({self.step.describe()})"
+        return (f"{self.origin}: {where}: {self.fault} here moves the "
+                f"server clock {self.shift_s:g} s (lease_seconds + 1{' twice' if self.fault == 'pause' else ''}) "
+                f"before what follows{near}, and the model then ends {', '.join(self.schedules)} differently: "
+                f"faulted cases at this step are not compared with the fault-free run")
+
+
+class Replay:
+    """The scenario's timeline on its nominal clock (T0 plus its advances), in the model."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario, self.model, self.now = scenario, Model(), T0
+
+    def step(self, step: Step) -> None:
+        args, model = step.args, self.model
+        if step.op == "advance":
+            self.now += timedelta(seconds=args["seconds"])
+        elif step.op == "advance-epoch":
+            model.advance_epoch()
+        elif step.op == "advance-scope-generation":
+            model.advance_scope_generation()
+        elif step.op == "drain":
+            model.drain(self.now)
+        elif step.op == "plant-work":
+            model.plant(args["schedule"], args.get("generation", 1), args.get("kind", "nominal"),
+                        relative(args["first"]))
+        elif step.op == "process":
+            if "expect" not in args:
+                model.pass_(self.now, min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)))
+            elif step.expected_outcome == "ok":
+                model.pass_(self.now, args.get("maximum_schedules", 1))
+        elif step.op == "race":
+            model.pass_(self.now, args.get("maximum_schedules", 1) * 2)
+        elif step.op == "complete-work":
+            started = [o for o in model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
+            nth = args.get("nth", -1)
+            if -len(started) <= (nth - 1 if nth > 0 else nth) < len(started):
+                model.work(args["schedule"], nth, args["state"])
+        elif step.expected_outcome == "ok":  # a client step the scenario expects to be applied
+            name = args["schedule"]
+            if step.op == "create":
+                model.create(name, generation_of(args["spec"], self.now))
+            elif step.op == "update":
+                model.update(name, generation_of(args["spec"], self.now))
+            elif step.op == "delete":
+                model.delete(name)
+            elif step.op == "release":
+                model.release(name)
+
+    def recover(self, shifts: int, lease_seconds: float) -> None:
+        """What a fault's recovery does to the clock and the model: each shift moves past the lease and drains."""
+        for _ in range(shifts):
+            self.now += timedelta(seconds=lease_seconds + 1)
+            self.model.drain(self.now)
+
+
+def _replay(scenario: Scenario, faulted_after: int | None, shifts: int, upto: int | None = None) -> Replay:
+    """The replay through step `upto` (None: to the end, final drain included), with a recovery after step
+    `faulted_after` (len(steps): after the final drain; None: fault-free)."""
+    replay = Replay(scenario)
+    for step in scenario.steps[:None if upto is None else upto + 1]:
+        replay.step(step)
+        if step.index == faulted_after:
+            replay.recover(shifts, scenario.lease_seconds)
+    if upto is None:
+        replay.model.drain(replay.now)
+        if faulted_after == len(scenario.steps):
+            replay.recover(shifts, scenario.lease_seconds)
+    return replay
+
+
+def outcome(scenario: Scenario, faulted_after: int | None = None, shifts: int = 1) -> dict:
+    """The model's final picture of the scenario, with a recovery after step `faulted_after` (None: fault-free;
+    len(steps): after the final drain)."""
+    return picture(_replay(scenario, faulted_after, shifts).model)
+
+
+def _instants_within(scenario: Scenario, index: int, shift: timedelta) -> tuple[str, ...]:
+    """Nominal instants of active generations in (the step's time, its time + shift], as +Ns from T0."""
+    replay = _replay(scenario, None, 0, None if index == len(scenario.steps) else index)
+    found = sorted({t for s in replay.model.schedules.values() if s.lifecycle != "deleted"
+                    for t in s.active.instants_between(replay.now, replay.now + shift)})
+    return tuple(f"{(t - T0).total_seconds():+g}s" for t in found)
+
+
+def lint(scenario: Scenario) -> list[LintWarning]:
+    """Every step after which a fault's recovery changes what the model says the scenario ends in."""
+    fault_free = {name: comparable(entry) for name, entry in outcome(scenario).items()}
+    warnings = []
+    for index, op in [(s.index, s.op) for s in scenario.steps] + [(len(scenario.steps), "drain")]:
+        if op not in FAULT_STEPS:
+            continue
+        for fault, shifts in (("any fault", 1), ("pause", 2)):
+            if fault == "pause" and op not in PROCESSOR_STEPS:
+                continue
+            shifted = outcome(scenario, index, shifts)
+            differing = tuple(name for name in sorted(set(shifted) | set(fault_free))
+                              if comparable(shifted.get(name)) != fault_free.get(name))
+            if differing:
+                shift = timedelta(seconds=shifts * (scenario.lease_seconds + 1))
+                step = scenario.steps[index] if index < len(scenario.steps) else None
+                warnings.append(LintWarning(scenario.origin or scenario.name, step, shift.total_seconds(), fault,
+                                            differing, _instants_within(scenario, index, shift)))
+                break  # one line per step: the single shift already diverges
+    return warnings
+
