@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scenarios.model import T0, Scenario, Step, relative
+from scenarios.model import Scenario, Step, T0
 
 from .checks import comparable
-from .model import Generation, Model, picture
+from .model import picture
+from .replay import Replay
 
 # The steps in which a barrier can fire (the catalog's transactions are a processor's claim, decision and bridge,
 # and the Work-terminal transition), so the only ones a fault's recovery can follow; the final drain is one too.
@@ -18,18 +19,6 @@ from .model import Generation, Model, picture
 PROCESSOR_STEPS = {"process", "race", "drain"}
 FAULT_STEPS = PROCESSOR_STEPS | {"complete-work"}
 FINAL_DRAIN = "the final drain"
-
-
-def generation_of(spec: dict, accepted_at: datetime) -> Generation:
-    """A scenario spec as the model's generation (its number is set by create or update)."""
-    return Generation(
-        1, spec["kind"], accepted_at,
-        at=relative(spec["at"]) if "at" in spec else None,
-        after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
-        every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
-        anchor=(relative(spec["anchor"]) if "anchor" in spec else accepted_at) if spec["kind"] == "every" else None,
-        misfire=spec.get("misfire_policy", "run-once"),
-        window=timedelta(seconds=spec.get("safety_window_s", 3600)))
 
 
 @dataclass(frozen=True)
@@ -48,55 +37,6 @@ class LintWarning:
                 f"server clock {self.shift_s:g} s (lease_seconds + 1{' twice' if self.fault == 'pause' else ''}) "
                 f"before what follows{near}, and the model then ends {', '.join(self.schedules)} differently: "
                 f"faulted cases at this step are not compared with the fault-free run")
-
-
-class Replay:
-    """The scenario's timeline on its nominal clock (T0 plus its advances), in the model."""
-
-    def __init__(self, scenario: Scenario):
-        self.scenario, self.model, self.now = scenario, Model(), T0
-
-    def step(self, step: Step) -> None:
-        args, model = step.args, self.model
-        if step.op == "advance":
-            self.now += timedelta(seconds=args["seconds"])
-        elif step.op == "advance-epoch":
-            model.advance_epoch()
-        elif step.op == "advance-scope-generation":
-            model.advance_scope_generation()
-        elif step.op == "drain":
-            model.drain(self.now)
-        elif step.op == "plant-work":
-            model.plant(args["schedule"], args.get("generation", 1), args.get("kind", "nominal"),
-                        relative(args["first"]))
-        elif step.op == "process":
-            if "expect" not in args:
-                model.pass_(self.now, min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)))
-            elif step.expected_outcome == "ok":
-                model.pass_(self.now, args.get("maximum_schedules", 1))
-        elif step.op == "race":
-            model.pass_(self.now, args.get("maximum_schedules", 1) * 2)
-        elif step.op == "complete-work":
-            started = [o for o in model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
-            nth = args.get("nth", -1)
-            if -len(started) <= (nth - 1 if nth > 0 else nth) < len(started):
-                model.work(args["schedule"], nth, args["state"])
-        elif step.expected_outcome == "ok":  # a client step the scenario expects to be applied
-            name = args["schedule"]
-            if step.op == "create":
-                model.create(name, generation_of(args["spec"], self.now))
-            elif step.op == "update":
-                model.update(name, generation_of(args["spec"], self.now))
-            elif step.op == "delete":
-                model.delete(name)
-            elif step.op == "release":
-                model.release(name)
-
-    def recover(self, shifts: int, lease_seconds: float) -> None:
-        """What a fault's recovery does to the clock and the model: each shift moves past the lease and drains."""
-        for _ in range(shifts):
-            self.now += timedelta(seconds=lease_seconds + 1)
-            self.model.drain(self.now)
 
 
 def _replay(scenario: Scenario, faulted_after: int | None, shifts: int, upto: int | None = None) -> Replay:

@@ -24,7 +24,8 @@ from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, Injection
 from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from .model import Generation, Model, picture as model_picture
+from .model import Model, picture as model_picture
+from .replay import generation_of
 from .state import read_state
 from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
@@ -508,16 +509,7 @@ class CaseRun:
             with self.owner() as conn:
                 row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
                                    "order by generation desc limit 1", (self.schedule_ids[name],)).fetchone()
-            spec = step.args["spec"]
-            generation = Generation(
-                1, spec["kind"], row["accepted_at_utc"],
-                at=relative(spec["at"]) if "at" in spec else None,
-                after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
-                every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
-                anchor=(relative(spec["anchor"]) if "anchor" in spec else row["accepted_at_utc"])
-                if spec["kind"] == "every" else None,
-                misfire=spec.get("misfire_policy", "run-once"),
-                window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+            generation = generation_of(step.args["spec"], row["accepted_at_utc"])
             (self.model.create if step.op == "create" else self.model.update)(name, generation)
         elif step.op == "delete":
             self.model.delete(name)
