@@ -27,30 +27,39 @@ class LintWarning:
     step: Step | None  # None: the final drain
     shift_s: float
     fault: str  # "any fault" or "pause"
-    schedules: tuple[str, ...]  # whose outcome differs
-    instants: tuple[str, ...]  # nominal instants within the shift after the step, relative to T0
+    schedules: tuple[str, ...]  # whose outcome the model then says differs
+    # By nominal instant (relative to T0), what the shift carries past it: this step's recovery drain, later steps
+    # (1-based numbers) or the final drain (0). Empty when the difference comes from what the recovery drained early
+    # (a cancelled pass's leftovers), not from a crossing.
+    crossings: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def crossed(self) -> tuple[str, ...]:
+        return tuple(instant for instant, _ in self.crossings)
 
     def line(self) -> str:
-        near = f"; nominal instant {', '.join(self.instants)} lies within it" if self.instants else ""
         where = FINAL_DRAIN if self.step is None else f"step {self.step.index + 1} ({self.step.describe()})"
-        return (f"{self.origin}: {where}: {self.fault} here moves the "
-                f"server clock {self.shift_s:g} s (lease_seconds + 1{' twice' if self.fault == 'pause' else ''}) "
-                f"before what follows{near}, and the model then ends {', '.join(self.schedules)} differently: "
-                f"faulted cases at this step are not compared with the fault-free run")
+        own = None if self.step is None else self.step.index + 1
+        label = lambda n: "its recovery" if n == own else FINAL_DRAIN if n == 0 else f"step {n}"  # noqa: E731
+        across = "; ".join(f"{', '.join(map(label, steps))} then fall{'s' * (len(steps) == 1)} after nominal "
+                           f"instant {instant}" for instant, steps in self.crossings)
+        return (f"{self.origin}: {where}: {self.fault} here moves the server clock {self.shift_s:g} s "
+                f"(lease_seconds + 1{' twice' if self.fault == 'pause' else ''}) for the rest of the timeline"
+                f"{'; ' + across if across else ''}; the model then ends {', '.join(self.schedules)} differently, "
+                "so faulted cases here are not compared with the fault-free run")
 
 
-def _replay(scenario: Scenario, faulted_after: int | None, shifts: int, upto: int | None = None) -> Replay:
-    """The replay through step `upto` (None: to the end, final drain included), with a recovery after step
-    `faulted_after` (len(steps): after the final drain; None: fault-free)."""
+def _replay(scenario: Scenario, faulted_after: int | None, shifts: int) -> Replay:
+    """The whole replay, final drain included, with a recovery after step `faulted_after` (len(steps): after the
+    final drain; None: fault-free)."""
     replay = Replay(scenario)
-    for step in scenario.steps[:None if upto is None else upto + 1]:
+    for step in scenario.steps:
         replay.step(step)
         if step.index == faulted_after:
             replay.recover(shifts, scenario.lease_seconds)
-    if upto is None:
-        replay.model.drain(replay.now)
-        if faulted_after == len(scenario.steps):
-            replay.recover(shifts, scenario.lease_seconds)
+    replay.model.drain(replay.now)
+    if faulted_after == len(scenario.steps):
+        replay.recover(shifts, scenario.lease_seconds)
     return replay
 
 
@@ -60,12 +69,24 @@ def outcome(scenario: Scenario, faulted_after: int | None = None, shifts: int = 
     return picture(_replay(scenario, faulted_after, shifts).model)
 
 
-def _instants_within(scenario: Scenario, index: int, shift: timedelta) -> tuple[str, ...]:
-    """Nominal instants of active generations in (the step's time, its time + shift], as +Ns from T0."""
-    replay = _replay(scenario, None, 0, None if index == len(scenario.steps) else index)
-    found = sorted({t for s in replay.model.schedules.values() if s.lifecycle != "deleted"
-                    for t in s.active.instants_between(replay.now, replay.now + shift)})
-    return tuple(f"{(t - T0).total_seconds():+g}s" for t in found)
+def crossings(scenario: Scenario, index: int, shift: timedelta) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The steps from `index` on (and the final drain) whose fault-free time t has a nominal instant of an active
+    generation in (t, t + shift]: the shifted run does them past that instant."""
+    replay, found = Replay(scenario), {}
+
+    def look(number: int) -> None:
+        for s in replay.model.schedules.values():
+            if s.lifecycle != "deleted":
+                for t in s.active.instants_between(replay.now, replay.now + shift):
+                    found.setdefault(t, []).append(number)
+
+    for step in scenario.steps:
+        if step.index >= index and step.op != "advance":
+            look(step.index + 1)  # before the step: its own clock reading is the one the shift moves
+        replay.step(step)
+    look(0)
+    return tuple((f"{(t - T0).total_seconds():+g}s", tuple(sorted(set(n), key=lambda x: x or 1 << 30)))
+                 for t, n in sorted(found.items()))
 
 
 def lint(scenario: Scenario) -> list[LintWarning]:
@@ -85,7 +106,7 @@ def lint(scenario: Scenario) -> list[LintWarning]:
                 shift = timedelta(seconds=shifts * (scenario.lease_seconds + 1))
                 step = scenario.steps[index] if index < len(scenario.steps) else None
                 warnings.append(LintWarning(scenario.origin or scenario.name, step, shift.total_seconds(), fault,
-                                            differing, _instants_within(scenario, index, shift)))
+                                            differing, crossings(scenario, index, shift)))
                 break  # one line per step: the single shift already diverges
     return warnings
 
