@@ -456,8 +456,9 @@ def _differences(a: dict | None, b: dict | None) -> list[str]:
 
 
 SCENARIO = rule_of("scenario-expectations", "scenario: the occurrences, Work count, lifecycle and cursor the "
-                   "scenario file states for its fault-free run (and for faulted runs of a timeline whose outcome "
-                   "a fault cannot change)")
+                   "scenario file states for its fault-free run (and for each faulted run whose timeline, as it ran "
+                   "on its real clock, the model ends as it ends the fault-free one; any other faulted run reports "
+                   "it not compared, with the model's differences)")
 
 
 def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[str, Any],
@@ -512,7 +513,10 @@ def expectations(state: StoreState, expect: dict[str, dict], schedule_ids: dict[
 
 
 EQUIVALENCE = rule_of("crash-equivalence", "A future proof must show that recovery produces one occurrence and one "
-                      "accepted Work identity. (Same final state as the fault-free run of the same timeline.)")
+                      "accepted Work identity. (Same final state as the fault-free run of the same scenario, "
+                      "required exactly when the model ends both timelines alike: a fault's recovery moves the server "
+                      "clock by lease_seconds + 1, and where that carries a later step past a nominal instant both "
+                      "outcomes are right; the case then reports it not compared, and model-agreement judges it.)")
 
 
 def _picture_differences(ours: dict, theirs: dict, labels: tuple[str, str]) -> list[dict]:
