@@ -1,17 +1,19 @@
 """`crashproof scenarios --lint`: the steps after which a fault's recovery (which moves the server clock by
 lease_seconds + 1) changes what the timeline must end in, found by replaying the scenario in the model with and
-without that shift; a faulted case at such a step is judged by the model alone, not against the fault-free run."""
+without that shift (and, for a pass, with what a fault may stop it from deciding left to the recovery); a
+faulted case at such a step is judged by the model alone, not against the fault-free run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from scenarios.model import Scenario, Step, T0
 
 from .checks import comparable
 from .model import picture
 from .replay import Replay
+from .timelines import left_undecided
 
 # The steps in which a barrier can fire (the catalog's transactions are a processor's claim, decision and bridge,
 # and the Work-terminal transition), so the only ones a fault's recovery can follow; the final drain is one too.
@@ -32,6 +34,7 @@ class LintWarning:
     # (1-based numbers) or the final drain (0). Empty when the difference comes from what the recovery drained early
     # (a cancelled pass's leftovers), not from a crossing.
     crossings: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    left: tuple[str, ...] = ()  # the schedules a fault that stopped this step's pass left to the recovery
 
     @property
     def crossed(self) -> tuple[str, ...]:
@@ -43,30 +46,43 @@ class LintWarning:
         label = lambda n: "its recovery" if n == own else FINAL_DRAIN if n == 0 else f"step {n}"  # noqa: E731
         across = "; ".join(f"{', '.join(map(label, steps))} then fall{'s' * (len(steps) == 1)} after nominal "
                            f"instant {instant}" for instant, steps in self.crossings)
+        left = (f"; a fault that stops the pass before it decides {', '.join(self.left)} leaves "
+                f"{'it' if len(self.left) == 1 else 'them'} to the recovery" if self.left else "")
         return (f"{self.origin}: {where}: {self.fault} here moves the server clock {self.shift_s:g} s "
                 f"(lease_seconds + 1{' twice' if self.fault == 'pause' else ''}) for the rest of the timeline"
-                f"{'; ' + across if across else ''}; the model then ends {', '.join(self.schedules)} differently, "
-                "so faulted cases here are not compared with the fault-free run")
+                f"{left}{'; ' + across if across else ''}; the model then ends {', '.join(self.schedules)} "
+                "differently, so faulted cases here are not compared with the fault-free run")
 
 
-def _replay(scenario: Scenario, faulted_after: int | None, shifts: int) -> Replay:
+def _replay(scenario: Scenario, faulted_after: int | None, shifts: int, skip: frozenset = frozenset()) -> Replay:
     """The whole replay, final drain included, with a recovery after step `faulted_after` (len(steps): after the
-    final drain; None: fault-free)."""
+    final drain; None: fault-free), whose pass left `skip` undecided."""
     replay = Replay(scenario)
     for step in scenario.steps:
-        replay.step(step)
+        replay.step(step, skip if step.index == faulted_after else frozenset())
         if step.index == faulted_after:
             replay.recover(shifts, scenario.lease_seconds)
-    replay.model.drain(replay.now)
+    replay.model.drain(replay.now, skip if faulted_after == len(scenario.steps) else frozenset())
     if faulted_after == len(scenario.steps):
         replay.recover(shifts, scenario.lease_seconds)
     return replay
 
 
-def outcome(scenario: Scenario, faulted_after: int | None = None, shifts: int = 1) -> dict:
+def outcome(scenario: Scenario, faulted_after: int | None = None, shifts: int = 1,
+            skip: frozenset = frozenset()) -> dict:
     """The model's final picture of the scenario, with a recovery after step `faulted_after` (None: fault-free;
-    len(steps): after the final drain)."""
-    return picture(_replay(scenario, faulted_after, shifts).model)
+    len(steps): after the final drain) whose pass a fault stopped before it decided `skip`."""
+    return picture(_replay(scenario, faulted_after, shifts, skip).model)
+
+
+def claimed_at(scenario: Scenario, index: int) -> list[str]:
+    """What the pass of step `index` (len(steps): the final drain) claims in the fault-free replay."""
+    replay = Replay(scenario)
+    for step in scenario.steps[:index]:
+        replay.step(step)
+    if index == len(scenario.steps):
+        return replay.claimed(None)
+    return replay.claimed(scenario.steps[index])
 
 
 def crossings(scenario: Scenario, index: int, shift: timedelta) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -96,17 +112,24 @@ def lint(scenario: Scenario) -> list[LintWarning]:
     for index, op in [(s.index, s.op) for s in scenario.steps] + [(len(scenario.steps), "drain")]:
         if op not in FAULT_STEPS:
             continue
+        interrupted = left_undecided(claimed_at(scenario, index)) if op in PROCESSOR_STEPS else []
+        found = None
         for fault, shifts in (("any fault", 1), ("pause", 2)):
             if fault == "pause" and op not in PROCESSOR_STEPS:
                 continue
-            shifted = outcome(scenario, index, shifts)
-            differing = tuple(name for name in sorted(set(shifted) | set(fault_free))
-                              if comparable(shifted.get(name)) != fault_free.get(name))
-            if differing:
-                shift = timedelta(seconds=shifts * (scenario.lease_seconds + 1))
-                step = scenario.steps[index] if index < len(scenario.steps) else None
-                warnings.append(LintWarning(scenario.origin or scenario.name, step, shift.total_seconds(), fault,
-                                            differing, crossings(scenario, index, shift)))
-                break  # one line per step: the single shift already diverges
+            for skip in [frozenset()] + interrupted:
+                shifted = outcome(scenario, index, shifts, skip)
+                differing = tuple(name for name in sorted(set(shifted) | set(fault_free))
+                                  if comparable(shifted.get(name)) != fault_free.get(name))
+                if differing:
+                    found = (fault, shifts, differing, skip)
+                    break
+            if found:
+                break
+        if found:
+            fault, shifts, differing, skip = found
+            shift = timedelta(seconds=shifts * (scenario.lease_seconds + 1))
+            step = scenario.steps[index] if index < len(scenario.steps) else None
+            warnings.append(LintWarning(scenario.origin or scenario.name, step, shift.total_seconds(), fault,
+                                        differing, crossings(scenario, index, shift), tuple(sorted(skip))))
     return warnings
-

@@ -28,7 +28,16 @@ class Replay:
     def __init__(self, scenario: Scenario):
         self.scenario, self.model, self.now = scenario, Model(), T0
 
-    def step(self, step: Step) -> None:
+    def claimed(self, step: Step | None) -> list[str]:
+        """What the step's pass (None: the final drain) would claim now: the schedules a fault there may leave."""
+        if step is not None and step.op in ("process", "race"):
+            per = step.args.get("maximum_schedules", 1)
+            return self.model.claimed(self.now, per * 2 if step.op == "race" else
+                                      min(per, step.args.get("cancel_after", 1 << 30)))
+        return [s.name for s in self.model.schedules.values() if self.model.due(s, self.now)]
+
+    def step(self, step: Step, skip: frozenset = frozenset()) -> None:
+        """One step; `skip`: schedules its pass claimed but a fault stopped it from deciding."""
         args, model = step.args, self.model
         if step.op == "advance":
             self.now += timedelta(seconds=args["seconds"])
@@ -37,17 +46,17 @@ class Replay:
         elif step.op == "advance-scope-generation":
             model.advance_scope_generation()
         elif step.op == "drain":
-            model.drain(self.now)
+            model.drain(self.now, skip)
         elif step.op == "plant-work":
             model.plant(args["schedule"], args.get("generation", 1), args.get("kind", "nominal"),
                         relative(args["first"]))
         elif step.op == "process":
             if "expect" not in args:
-                model.pass_(self.now, min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)))
+                model.pass_(self.now, min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)), skip)
             elif step.expected_outcome == "ok":
-                model.pass_(self.now, args.get("maximum_schedules", 1))
+                model.pass_(self.now, args.get("maximum_schedules", 1), skip)
         elif step.op == "race":
-            model.pass_(self.now, args.get("maximum_schedules", 1) * 2)
+            model.pass_(self.now, args.get("maximum_schedules", 1) * 2, skip)
         elif step.op == "complete-work":
             started = [o for o in model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
             nth = args.get("nth", -1)

@@ -21,14 +21,15 @@ from .checks import (FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_
                      client_outcomes, coalesced_forward, fence_seen, history_agreement, idle_cursor, late_writes,
                      model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty, universal)
 from .errors import FallbackFailed, TestHostError
-from .faults import FAULTS, Injection
+from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .identity import expected_work
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from .model import Model, picture as model_picture
+from .model import picture as model_picture
 from .replay import generation_of
 from .state import read_state
 from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
+from .timelines import Timelines
 from .verdict import baseline as make_baseline, fault_free_judges
 from .world import CLOCK, World
 
@@ -45,6 +46,9 @@ FALLBACK_PAUSE_S = 0.3
 # Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
 # retries): a program that dies at every start ends its case here instead of being restarted without end.
 MAX_STARTS = 8
+# Barriers reached only once a schedule's decision has committed in this pass.
+DECIDED_AT = {"schedule-decision-after-commit", "schedule-work-after-acceptance", "schedule-bridge-before-commit",
+              "schedule-link-after-commit"}
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -133,7 +137,7 @@ class CaseRun:
         self.concurrent = False  # two processors are running side by side
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
-        self.model = Model()  # what Gate A says this timeline must produce, kept step by step
+        self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
@@ -196,12 +200,23 @@ class CaseRun:
                 asked["faulted"] = name
         if fire:
             self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
+            if BY_NAME[name].transaction in PROCESSOR_TRANSACTIONS:
+                self.model.fork(self.decided_in_pass())  # what it claimed may be left to the recovery's clock
             try:
                 FAULTS[self.plan.fault].inject(self, impl, BY_NAME[name], self.injection)
             except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is a harness error
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+
+    def decided_in_pass(self) -> set[str]:
+        """The schedules whose decision the verifier saw commit since the step began (the barrier that fired
+        included): a fault in that pass cannot leave them undecided. Only what the barriers' context names."""
+        names = {str(i): name for name, i in self.schedule_ids.items()}
+        start = max((i for i, e in enumerate(self.timeline) if e["event"] in ("step", "final-drain")), default=0)
+        return {names[e["context"]["schedule_id"]] for e in self.timeline[start:]
+                if e["event"] == "barrier" and e["name"] in DECIDED_AT
+                and str((e.get("context") or {}).get("schedule_id")) in names}
 
     # -- world helpers -------------------------------------------------------------------------------
 
@@ -624,6 +639,7 @@ class CaseRun:
             recovered = False
             late_check = None
             for step in self.scenario.steps:
+                self.model.step_started()
                 self.step(step)
                 if self._protocol_error:
                     raise self._protocol_error
@@ -652,7 +668,9 @@ class CaseRun:
             checks.append(fence_seen(self.coalesced_seen))
             if late_check is not None:
                 checks.append(late_check)
-            picture, predicted = normalize(state, self.schedule_ids), model_picture(self.model)
+            picture = normalize(state, self.schedule_ids)
+            model = self.model.matching(picture)  # the timeline that ran, where a fault left two possible
+            predicted = model_picture(model)
             # The fault-free run's judges apply only where the model says this timeline, on its real clock, must
             # end as the fault-free one did; elsewhere the report says why they were not compared.
             judges = fault_free_judges(checks, faulted=self.plan.fault is not None, scenario=self.scenario,
@@ -660,8 +678,8 @@ class CaseRun:
                                        schedule_ids=self.schedule_ids, resolve=self._resolve,
                                        shift_s=self.fault_shift_s())
             checks += [c for c in judges if c.name != "crash-equivalence"]
-            checks.append(model_agreement(picture, self.model))
-            checks.append(history_agreement(state, self.schedule_ids, self.model))
+            checks.append(model_agreement(picture, model))
+            checks.append(history_agreement(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
