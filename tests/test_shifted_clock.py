@@ -1,7 +1,9 @@
-"""Issue 17, item 1, on real components: a pass 2 s before an Every-60 s instant, then an update. Before, the
+"""Issue 17, item 1, on real components. A pass 2 s before an Every-60 s instant, then an update: before, the
 faulted cases of the pass failed scenario-expectations and crash-equivalence although both timelines were
 right; now they pass, those two checks reported as not compared and why, model-agreement judging them, while
-the faulted cases of the last pass are still held to the fault-free run. The reports render it."""
+the faulted cases of the last pass are still held to the fault-free run. The reports render it. And a pass
+2 s before an instant of the schedule it decides: a fault that stops it leaves the decision to the recovery,
+past the instant, which failed model-agreement too; the model now follows that timeline."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ BARRIER = "schedule-decision-after-commit"
 def shifted_report(tmp_path_factory):
     directory = tmp_path_factory.mktemp("shifted")
     done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--jobs", "2", "--catalog", str(CATALOG),
-                           "--barrier", BARRIER, "--fault", "kill,pause", "--report-dir", str(directory)],
+                           "--scenario", SCENARIO, "--barrier", BARRIER, "--fault", "kill,pause",
+                           "--report-dir", str(directory)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return directory
@@ -75,8 +78,11 @@ def test_the_lint_names_the_step_whose_faulted_cases_were_not_compared(shifted_r
     done = subprocess.run([sys.executable, "-m", "testhost.cli", "scenarios", "--lint", "--catalog", str(CATALOG)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    [line] = [line for line in done.stdout.splitlines() if line.startswith("warning: ")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("warning: ")]
+    [line] = [line for line in lines if "shift-crosses-instant.toml" in line]
     assert "shift-crosses-instant.toml: step 4 (process)" in line and "+60s" in line
+    [other] = [line for line in lines if "interrupted-before-instant.toml" in line]
+    assert "step 3 (process)" in other and "before it decides x leaves it to the recovery" in other
     # The step the lint names is the pass whose barrier hits are the first ones (hit 1); the last pass is hit 2.
     timeline = _cases(shifted_report)[f"{SCENARIO}/{BARRIER}/kill/1"]["timeline"]
     fault_at = next(i for i, e in enumerate(timeline) if e["event"] == "fault")
@@ -113,3 +119,22 @@ def test_the_reports_show_the_checks_not_compared_and_merge_keeps_them(shifted_r
     assert sorted(i for i, _, _ in changes.comparison) == [f"{SCENARIO}/{BARRIER}/kill/1",
                                                            f"{SCENARIO}/{BARRIER}/pause/1"]
     assert any(line.startswith("not compared now ") for line in changes.lines()) and not changes.new_failures
+
+
+def test_a_fault_that_stops_the_pass_before_its_decision_is_judged_by_the_timeline_it_left(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--jobs", "2", "--catalog", str(CATALOG),
+                           "--scenario", "interrupted-before-instant", "--barrier", "schedule-decision-before-commit",
+                           "--fault", "kill", "--report-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = _cases(tmp_path)
+    interrupted = _checks(cases["interrupted-before-instant/schedule-decision-before-commit/kill/1"])
+    assert interrupted["model-agreement"]["ok"] and "skipped" not in interrupted["model-agreement"]
+    assert interrupted["crash-equivalence"]["skipped"].startswith("not compared: ")
+    [difference] = interrupted["crash-equivalence"]["evidence"]
+    assert sorted((o["kind"], o["first_nominal_utc"], o["last_nominal_utc"])
+                  for o in difference["this_timeline"]["occurrences"]) == [
+        ("coalesced", "2031-03-03T00:01:30.000000Z", "2031-03-03T00:01:30.000000Z"),
+        ("recovery", "2031-03-03T00:00:30.000000Z", "2031-03-03T00:01:00.000000Z")]
+    last = _checks(cases["interrupted-before-instant/schedule-decision-before-commit/kill/2"])
+    assert last["crash-equivalence"]["ok"] and "skipped" not in last["crash-equivalence"]

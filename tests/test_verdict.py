@@ -174,3 +174,67 @@ def test_scenarios_lint_prints_one_line_per_warning_and_exits_1_only_when_strict
 @pytest.mark.parametrize("scenario", load_catalog(), ids=lambda s: s.name)
 def test_the_lint_replay_runs_every_built_in_scenario(scenario):
     assert set(outcome(scenario)) == set(scenario.schedules)
+
+
+# -- a pass a fault stopped: the model's branches ---------------------------------------------------------------
+
+INTERRUPTED = Path(__file__).parent / "scenarios" / "interrupted-before-instant.toml"
+
+
+def _every30():
+    from datetime import timedelta
+
+    from scenarios.model import T0
+    from testhost.model import Generation
+    from testhost.timelines import Timelines
+    model = Timelines()
+    model.create("x", Generation(1, "every", T0, every=timedelta(seconds=30), anchor=T0))
+    return model, T0, timedelta
+
+
+def _kinds(model) -> list[tuple]:
+    from testhost.model import picture
+    return [o[:4] for o in picture(model)["x"]["occurrences"]]
+
+
+def test_a_fault_in_a_pass_branches_the_model_over_what_the_pass_left_to_the_recovery():
+    model, t0, s = _every30()
+    model.step_started()
+    model.pass_(t0 + s(seconds=58), 1)
+    model.fork()
+    model.drain(t0 + s(seconds=61))  # the recovery, on the moved clock
+    model.pass_(t0 + s(seconds=94), 1)
+    assert len(model.branches) == 2
+    assert _kinds(model.branches[0]) == [(1, "coalesced", 60_000_000, 90_000_000), (1, "nominal", 30_000_000, 30_000_000)]
+    assert _kinds(model.branches[1]) == [(1, "coalesced", 90_000_000, 90_000_000), (1, "recovery", 30_000_000, 60_000_000)]
+    from testhost.model import picture
+    assert model.matching(picture(model.branches[1])) is model.branches[1]
+    assert model.matching({"x": None}) is model.primary  # nothing matches: judged against the fault-free branch
+
+
+def test_a_decision_seen_to_commit_is_not_left_and_a_fault_outside_a_pass_branches_nothing():
+    model, t0, s = _every30()
+    model.pass_(t0 + s(seconds=58), 1)
+    model.fork({"x"})  # its decision-after-commit barrier came before the fault
+    assert len(model.branches) == 1
+    model, t0, s = _every30()
+    model.pass_(t0 + s(seconds=58), 1)
+    model.step_started()  # a later step (complete-work, say): the fault did not stop that pass
+    model.fork()
+    assert len(model.branches) == 1
+
+
+def test_the_branches_of_an_interrupted_pass_are_its_claims_subsets_or_their_tails():
+    from testhost.timelines import MAX_SUBSETS_OF, left_undecided
+    assert left_undecided(["a", "b"]) == [frozenset("a"), frozenset("b"), frozenset("ab")]
+    many = [str(i) for i in range(MAX_SUBSETS_OF + 1)]
+    assert left_undecided(many)[0] == frozenset(many) and left_undecided(many)[-1] == frozenset([many[-1]])
+    assert left_undecided([]) == []
+
+
+def test_lint_warns_where_a_stopped_pass_leaves_its_decision_past_an_instant():
+    scenario = parse("interrupted-before-instant", INTERRUPTED.read_text(), str(INTERRUPTED))
+    [warning] = lint(scenario)
+    assert warning.step.index == 2 and warning.left == ("x",) and warning.crossed == ("+60s",)
+    assert "a fault that stops the pass before it decides x leaves it to the recovery" in warning.line()
+    assert outcome(scenario, 2) == outcome(scenario)  # the shift alone changes nothing here
