@@ -670,6 +670,8 @@ class CaseRun:
                 checks.append(late_check)
             picture = normalize(state, self.schedule_ids)
             model = self.model.matching(picture)  # the timeline that ran, where a fault left two possible
+            if model is not self.model.primary:
+                self.note("model-timeline", left_to_recovery=sorted(self.model.left[self.model.branches.index(model)]))
             predicted = model_picture(model)
             # The fault-free run's judges apply only where the model says this timeline, on its real clock, must
             # end as the fault-free one did; elsewhere the report says why they were not compared.

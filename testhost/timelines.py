@@ -22,6 +22,7 @@ class Timelines:
 
     def __init__(self) -> None:
         self.branches: list[Model] = [Model()]
+        self.left: list[frozenset] = [frozenset()]  # per branch, what the interrupted pass left to the recovery
         self._before: tuple[list[Model], str, datetime, int] | None = None  # the last pass, and the models before it
 
     @property
@@ -93,6 +94,7 @@ class Timelines:
                 if _key(branch) not in seen:
                     seen.add(_key(branch))
                     self.branches.append(branch)
+                    self.left.append(skip)
 
     def matching(self, database_picture: dict) -> Model:
         """The branch whose picture the database's final state shows (the first branch when none does)."""

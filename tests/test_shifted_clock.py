@@ -129,6 +129,10 @@ def test_a_fault_that_stops_the_pass_before_its_decision_is_judged_by_the_timeli
     assert done.returncode == 0, done.stdout + done.stderr
     cases = _cases(tmp_path)
     interrupted = _checks(cases["interrupted-before-instant/schedule-decision-before-commit/kill/1"])
+    [chosen] = [e for e in cases["interrupted-before-instant/schedule-decision-before-commit/kill/1"]["timeline"]
+                if e["event"] == "model-timeline"]
+    assert chosen["left_to_recovery"] == ["x"]
+    assert not [e for e in cases["interrupted-before-instant"]["timeline"] if e["event"] == "model-timeline"]
     assert interrupted["model-agreement"]["ok"] and "skipped" not in interrupted["model-agreement"]
     assert interrupted["crash-equivalence"]["skipped"].startswith("not compared: ")
     [difference] = interrupted["crash-equivalence"]["evidence"]
