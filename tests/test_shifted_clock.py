@@ -142,3 +142,31 @@ def test_a_fault_that_stops_the_pass_before_its_decision_is_judged_by_the_timeli
         ("recovery", "2031-03-03T00:00:30.000000Z", "2031-03-03T00:01:00.000000Z")]
     last = _checks(cases["interrupted-before-instant/schedule-decision-before-commit/kill/2"])
     assert last["crash-equivalence"]["ok"] and "skipped" not in last["crash-equivalence"]
+
+
+def test_report_html_draws_a_check_not_compared_as_such_with_its_reason_and_evidence(shifted_report):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from reports.browser import chromium, requests_made
+    from reports.matrix import anchor
+
+    page = shifted_report / "report.html"
+    case_id = f"{SCENARIO}/{BARRIER}/kill/1"
+    with chromium() as browser:
+        browser.get(page.as_uri() + "#" + anchor(case_id))
+        case = WebDriverWait(browser, 10).until(seen.visibility_of_element_located((By.ID, f"d-{anchor(case_id)}")))
+        rows = case.find_elements(By.CSS_SELECTOR, "table.checks tr.not-compared")
+        assert sorted(r.find_elements(By.TAG_NAME, "td")[1].text for r in rows) == ["crash-equivalence",
+                                                                                    "scenario-expectations"]
+        assert all(r.find_elements(By.TAG_NAME, "td")[0].text == "–" for r in rows)
+        assert all("not compared: the model's picture" in r.text for r in rows)
+        assert not case.find_elements(By.CSS_SELECTOR, "table.checks tr.failed")
+        evidence = " ".join(td.text for td in case.find_elements(By.CSS_SELECTOR, "table.evidence td"))
+        assert "fault_free_timeline" in " ".join(th.text for th in case.find_elements(By.CSS_SELECTOR,
+                                                                                      "table.evidence th"))
+        assert "recovery" in evidence
+        assert browser.find_element(By.ID, "not-compared").text.startswith("2 cases not compared")
+        assert requests_made(browser) == [page.as_uri()]  # the page itself and nothing else
+        assert browser.get_log("browser") == []

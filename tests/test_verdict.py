@@ -238,3 +238,17 @@ def test_lint_warns_where_a_stopped_pass_leaves_its_decision_past_an_instant():
     assert warning.step.index == 2 and warning.left == ("x",) and warning.crossed == ("+60s",)
     assert "a fault that stops the pass before it decides x leaves it to the recovery" in warning.line()
     assert outcome(scenario, 2) == outcome(scenario)  # the shift alone changes nothing here
+
+
+def test_a_report_counts_and_validates_its_checks_not_compared():
+    from reports.report import SCHEMA_VERSION, summary, validate
+    skipped = not_compared("crash-equivalence", "rule", "not compared: why").to_json()
+    case = {"id": "s/b/kill/1", "scenario": "s", "barrier": "b", "fault": "kill", "hit": 1, "verdict": "pass",
+            "checks": [skipped], "timeline": [], "duration_s": 0}
+    plain = {**case, "id": "s", "barrier": None, "fault": None, "hit": None, "checks": []}
+    assert summary([plain]) == {"cases": 1, "passed": 1, "failed": 0, "error": 0, "not_run": 0}
+    report = {"schema_version": SCHEMA_VERSION, "suite_version": "x", "implementation": {}, "environment": {},
+              "cases": [plain, case], "summary": summary([plain, case])}
+    assert report["summary"]["not_compared"] == 1 and validate(report) == []
+    case["checks"] = [{**skipped, "ok": False}]
+    assert validate(report) == ["case s/b/kill/1: check crash-equivalence not compared needs a reason and ok true"]
