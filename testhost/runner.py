@@ -670,15 +670,16 @@ class CaseRun:
                 checks.append(late_check)
             picture = normalize(state, self.schedule_ids)
             model = self.model.matching(picture)  # the timeline that ran, where a fault left two possible
-            if model is not self.model.primary:
-                self.note("model-timeline", left_to_recovery=sorted(self.model.left[self.model.branches.index(model)]))
+            left = self.model.left[self.model.branches.index(model)]
+            if left:
+                self.note("model-timeline", left_to_recovery=sorted(left))
             predicted = model_picture(model)
             # The fault-free run's judges apply only where the model says this timeline, on its real clock, must
             # end as the fault-free one did; elsewhere the report says why they were not compared.
             judges = fault_free_judges(checks, faulted=self.plan.fault is not None, scenario=self.scenario,
                                        base=baseline, model_picture=predicted, picture=picture, state=state,
                                        schedule_ids=self.schedule_ids, resolve=self._resolve,
-                                       shift_s=self.fault_shift_s())
+                                       shift_s=self.fault_shift_s(), left=left)
             checks += [c for c in judges if c.name != "crash-equivalence"]
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))

@@ -13,9 +13,10 @@ SCENARIO_OPTS_OUT = ("not compared: the scenario says equivalence = false (its f
                      "invariants and the model)")
 TIMELINES_DIFFER = ("not compared: the model's picture of this timeline differs from its picture of the fault-free "
                     "one (evidence), so the two outcomes are both right and need not agree: the fault and its "
-                    "recovery moved the server clock by {shift:g} s and a later step landed on the other side of a "
-                    "nominal instant (`crashproof scenarios --lint` names the step); model-agreement judges this "
-                    "timeline")
+                    "recovery moved the server clock by {shift:g} s{left}, and on that clock a step or a drain falls "
+                    "on the other side of a nominal instant, or the recovery drains early what a pass left "
+                    "(`crashproof scenarios --lint` names the step); model-agreement judges this timeline")
+LEFT = ", the faulted pass left {names} to the recovery"
 
 
 def baseline(picture: dict | None, model_picture: dict | None) -> dict | None:
@@ -29,7 +30,7 @@ def timeline_differences(faulted_model: dict, fault_free_model: dict) -> list[di
 
 
 def decide(faulted: bool, scenario_equivalence: bool, base: dict | None, model_picture: dict,
-           shift_s: float = 0.0) -> tuple[str | None, list[dict]]:
+           shift_s: float = 0.0, left: frozenset = frozenset()) -> tuple[str | None, list[dict]]:
     """(None, []) when the fault-free run's judges apply to this case; else why not, with the model's
     differences between the two timelines as evidence."""
     if not faulted:
@@ -39,7 +40,10 @@ def decide(faulted: bool, scenario_equivalence: bool, base: dict | None, model_p
     if base is None or base.get("model") is None:
         return NO_BASELINE, []
     differences = timeline_differences(model_picture, base["model"])
-    return (TIMELINES_DIFFER.format(shift=shift_s), differences) if differences else (None, [])
+    if not differences:
+        return None, []
+    return TIMELINES_DIFFER.format(shift=shift_s, left=LEFT.format(names=", ".join(sorted(left))) if left else ""), \
+        differences
 
 
 def not_compared(name: str, rule: str, why: str, evidence: list | None = None) -> CheckResult:
@@ -57,10 +61,10 @@ def model_promise(model_picture: dict) -> dict[str, dict]:
 
 def fault_free_judges(checks: list[CheckResult], *, faulted: bool, scenario: Any, base: dict | None,
                       model_picture: dict, picture: dict, state: Any, schedule_ids: dict, resolve,
-                      shift_s: float = 0.0) -> list[CheckResult]:
+                      shift_s: float = 0.0, left: frozenset = frozenset()) -> list[CheckResult]:
     """scenario-expectations, no-vacuous-checks and (faulted) crash-equivalence for one case: applied, or the
     first and last not compared with the reason (no-vacuous-checks then holds to what the model promises)."""
-    why, differences = decide(faulted, scenario.equivalence, base, model_picture, shift_s)
+    why, differences = decide(faulted, scenario.equivalence, base, model_picture, shift_s, left)
     if why is None:
         found = [expectations(state, scenario.expect, schedule_ids, resolve)]
         found.append(vacuity(checks + found, scenario.expect))

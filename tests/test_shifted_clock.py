@@ -135,6 +135,7 @@ def test_a_fault_that_stops_the_pass_before_its_decision_is_judged_by_the_timeli
     assert not [e for e in cases["interrupted-before-instant"]["timeline"] if e["event"] == "model-timeline"]
     assert interrupted["model-agreement"]["ok"] and "skipped" not in interrupted["model-agreement"]
     assert interrupted["crash-equivalence"]["skipped"].startswith("not compared: ")
+    assert "the faulted pass left x to the recovery" in interrupted["crash-equivalence"]["skipped"]
     [difference] = interrupted["crash-equivalence"]["evidence"]
     assert sorted((o["kind"], o["first_nominal_utc"], o["last_nominal_utc"])
                   for o in difference["this_timeline"]["occurrences"]) == [

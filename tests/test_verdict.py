@@ -46,7 +46,9 @@ def test_a_faulted_timeline_the_model_ends_alike_is_compared_whatever_its_own_re
 
 def test_a_faulted_timeline_the_model_ends_differently_is_not_compared_and_says_why_with_the_differences():
     why, evidence = decide(True, True, {"picture": {}, "model": FAULT_FREE}, SHIFTED, shift_s=6)
-    assert why.startswith("not compared: ") and "6 s" in why and "scenarios --lint" in why
+    assert why.startswith("not compared: ") and "by 6 s, and" in why and "scenarios --lint" in why
+    left, _ = decide(True, True, {"picture": {}, "model": FAULT_FREE}, SHIFTED, 3, frozenset({"export"}))
+    assert "by 3 s, the faulted pass left export to the recovery, and" in left
     [difference] = evidence
     assert difference["schedule"] == "export" and difference["differs_in"] == ["occurrences"]
     assert difference["this_timeline"]["occurrences"][0]["first_nominal_utc"] == "2031-03-03T00:01:00.000000Z"
