@@ -110,6 +110,16 @@ def _normative() -> list[str]:
     out += ["## The checks", "",
             "Every check certification runs, by the name a report gives it, and the rule its failure names (a spec "
             "sentence, with our reading in parentheses; an adapter-protocol rule of this page; or a harness rule).",
+            "", "A faulted case's recovery moves the server clock by `lease_seconds + 1` (twice after a `pause`), and "
+            "the steps that follow run on that clock. The TestHost replays the timeline that actually ran in the "
+            "model and holds the case to its scenario's fault-free run (`crash-equivalence`) and expectations "
+            "(`scenario-expectations`) exactly when the model ends both timelines alike; otherwise both outcomes "
+            "are right, the case reports those two checks with `\"skipped\"` (the reason, `ok` true, the model's "
+            "differences as evidence) and `model-agreement` alone judges its final state. `crashproof scenarios "
+            "--lint` names the steps of a scenario where that happens. A fault inside a pass may stop it before it "
+            "decided a schedule it claimed; the recovery then decides it on the moved clock, and the model accepts "
+            "either timeline for every claimed schedule whose `schedule-decision-after-commit` (or a later barrier of "
+            "its bridge, by the `schedule_id` in the barrier's context) it had not seen in that pass.",
             "", "| check | rule |", "|---|---|"]
     out += [f"| `{name}` | {rule.replace('|', '&#124;')} |" for name, rule in CHECKS.items()]
     return out + [""]

@@ -28,7 +28,7 @@ def faulted_versus_fault_free() -> list[Figure]:
             base = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, log_dir)
             fault_free.append(base.duration_s)
             case = run_case(world, scenario, CasePlan(scenario.name, "schedule-decision-before-commit", "kill", 1),
-                            REFERENCE_COMMAND, log_dir, base.picture)
+                            REFERENCE_COMMAND, log_dir, base.baseline)
             assert case.verdict == "pass", case.reason
             faulted.append(case.duration_s)
     measured, reference = statistics.median(faulted), statistics.median(fault_free)

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import ReportError
-from .matrix import BAD
+from .matrix import BAD, not_compared
 from .report import Loaded, build, fallbacks
 
 
@@ -18,6 +18,8 @@ class Diff:
     added: list[tuple[str, str]] = field(default_factory=list)
     removed: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # (id, checks compared in OLD and not in NEW, checks not compared in OLD and compared in NEW)
+    comparison: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
 
     @property
     def new_failures(self) -> list[str]:
@@ -32,6 +34,9 @@ class Diff:
         out += [f"{'NEW FAILURE' if new in BAD else 'added':11} {i}: {new} (not in the old run)"
                 for i, new in self.added]
         out += [f"{'removed':11} {i}: was {old} (not in the new run)" for i, old in self.removed]
+        for i, dropped, regained in self.comparison:
+            out += [f"{'not compared now' if names is dropped else 'compared now'} {i}: {', '.join(names)}"
+                    for names in (dropped, regained) if names]
         out.append(f"{len(self.changed)} changed, {len(self.added)} added, {len(self.removed)} removed; "
                    f"{len(self.new_failures)} new failure{'s' * (len(self.new_failures) != 1)}")
         return out
@@ -50,6 +55,13 @@ def diff(old: Loaded, new: Loaded) -> Diff:
         elif before[case_id] != verdict:
             result.changed.append((case_id, before[case_id], verdict))
     result.removed = [(i, v) for i, v in before.items() if i not in after]
+    skipped = lambda case: {c.get("name") for c in not_compared(case)}  # noqa: E731
+    old_skipped = {str(c.get("id")): skipped(c) for c in old.report["cases"]}
+    for case in new.report["cases"]:
+        case_id = str(case.get("id"))
+        if case_id in old_skipped and old_skipped[case_id] != skipped(case):
+            result.comparison.append((case_id, sorted(skipped(case) - old_skipped[case_id]),
+                                      sorted(old_skipped[case_id] - skipped(case))))
     return result
 
 

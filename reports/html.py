@@ -71,9 +71,11 @@ def _header(report: dict) -> str:
     s = report.get("summary", {})
     counts = (f"{s.get('cases', 0)} cases: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
               f"{s.get('error', 0)} error, {s.get('not_run', 0)} not run")
+    uncompared = matrix.uncompared_sentence(report.get("cases", []))
     return (f"<h1>crashproof certification report</h1>"
             f"<div class='verdict {'ok' if ok else 'bad'}' id=verdict>{escape(sentence)}</div>"
             f"<p>{escape(counts)}</p>"
+            + (f"<p class=not-compared id=not-compared>{escape(uncompared)}</p>" if uncompared else "")
             + (f"<h2>Run problems</h2><ul>{problems}</ul>" if problems else "")
             + _facts(facts)
             + f"<h2>Fault model</h2><p class=model>{escape(fault_model(report))}</p>"
@@ -171,9 +173,13 @@ def compact(report: dict, m: matrix.Matrix) -> dict:
         for check in case.get("checks", []):
             ref = check_refs.setdefault((strings(str(check.get("name"))), strings(str(check.get("rule", "")))),
                                         len(check_refs))
-            entry = [ref, 1 if check.get("ok", True) else 0, check.get("rows", len(check.get("evidence") or []))]
-            if check.get("evidence"):
-                entry.append(check["evidence"])
+            # 1 passed, 0 failed, 2 not compared (then its evidence, possibly empty, and the reason's string)
+            status = 2 if check.get("skipped") else 1 if check.get("ok", True) else 0
+            entry = [ref, status, check.get("rows", len(check.get("evidence") or []))]
+            if check.get("evidence") or status == 2:
+                entry.append(check.get("evidence") or [])
+            if status == 2:
+                entry.append(strings(str(check["skipped"])))
             checks.append(entry)
         events = []
         for event in case.get("timeline") or []:

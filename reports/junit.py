@@ -7,6 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from . import timeline
+from .matrix import not_compared
 from .report import Loaded
 
 # Characters XML 1.0 cannot carry at all (an implementation's stderr or evidence may hold them).
@@ -67,8 +68,10 @@ class JUnit:
                 elif verdict != "pass":
                     counts["skipped"] += 1
                     ET.SubElement(element, "skipped", message=reason or str(verdict))
-                if case.get("timeline"):
-                    ET.SubElement(element, "system-out").text = _xml(timeline.text(case["timeline"]))
+                notes = [f"not compared: {c.get('name')}: {c['skipped']}" for c in not_compared(case)]
+                if case.get("timeline") or notes:
+                    ET.SubElement(element, "system-out").text = _xml("\n".join(
+                        notes + ([timeline.text(case["timeline"])] if case.get("timeline") else [])))
             for key, value in counts.items():
                 suite.set(key, f"{value:.3f}" if key == "time" else str(value))
                 totals[key] += value

@@ -35,6 +35,8 @@ class Markdown:
                  f"started {run.get('started_at', '?')}", ""]
         for problem in run.get("problems") or []:
             lines.append(f"- run problem: {_cell(problem)}")
+        if matrix.uncompared_sentence(cases):
+            lines.append(f"- {_cell(matrix.uncompared_sentence(cases))}")
         lines += ["", *_counts_table("fault", matrix.counts_by(cases, lambda c: c.get("fault") or "fault-free")), ""]
         lines += [*_counts_table("barrier", matrix.counts_by(cases, lambda c: c.get("barrier") or "fault-free")), ""]
         bad = [c for c in cases if c.get("verdict") != "pass"]

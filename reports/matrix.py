@@ -94,6 +94,32 @@ def first_failed_check(case: dict) -> dict | None:
     return next((c for c in case.get("checks", []) if not c.get("ok", True)), None)
 
 
+def not_compared(case: dict) -> list[dict]:
+    """The case's checks that were not applied (`skipped` says why): neither passed nor failed."""
+    return [c for c in case.get("checks", []) if c.get("skipped")]
+
+
+def uncompared(cases: list[dict]) -> dict[str, list[dict]]:
+    """Per scenario, its cases in which some check was not compared (fault-free run's judges left out)."""
+    found: dict[str, list[dict]] = {}
+    for case in cases:
+        if not_compared(case):
+            found.setdefault(row(case), []).append(case)
+    return found
+
+
+def uncompared_sentence(cases: list[dict]) -> str:
+    """One sentence on the cases judged without their fault-free run, or "" when there are none."""
+    found = uncompared(cases)
+    if not found:
+        return ""
+    total = sum(len(v) for v in found.values())
+    checks = sorted({c["name"] for members in found.values() for case in members for c in not_compared(case)})
+    return (f"{total} case{'s' * (total != 1)} not compared with the fault-free run ({', '.join(checks)} not "
+            "applied; the model says the faulted timeline ends differently, each case's check says why; "
+            "model-agreement judged them): " + ", ".join(f"{name} ({len(v)})" for name, v in sorted(found.items())))
+
+
 def anchor(case_id: str) -> str:
     """The fragment naming a case in report.html (the same in report.md's links)."""
     return "case-" + "".join("~" if ch == "#" else "_" if ch.isspace() else ch for ch in case_id)

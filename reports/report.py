@@ -15,8 +15,13 @@ VERDICTS = ("pass", "fail", "error", "not-run")
 
 def summary(cases: list[dict]) -> dict[str, int]:
     counts = {v: sum(1 for c in cases if c["verdict"] == v) for v in VERDICTS}
-    return {"cases": len(cases), "passed": counts["pass"], "failed": counts["fail"], "error": counts["error"],
-            "not_run": counts["not-run"]}
+    found = {"cases": len(cases), "passed": counts["pass"], "failed": counts["fail"], "error": counts["error"],
+             "not_run": counts["not-run"]}
+    # Only when there are any, so a report without them reads (and validates) as before.
+    uncompared = sum(1 for c in cases if any(check.get("skipped") for check in c.get("checks", [])))
+    if uncompared:
+        found["not_compared"] = uncompared
+    return found
 
 
 def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[str]) -> str:
@@ -140,6 +145,10 @@ def validate(report: dict) -> list[str]:
         for check in case.get("checks", []):
             if set(check) < {"name", "rule", "ok", "evidence"}:
                 problems.append(f"case {case.get('id')}: check without name/rule/ok/evidence")
+            if "skipped" in check and not (isinstance(check["skipped"], str) and check["skipped"]
+                                           and check.get("ok") is True):
+                problems.append(f"case {case.get('id')}: check {check.get('name')} not compared needs a reason "
+                                "and ok true")
     if report.get("summary") != summary(report.get("cases", [])):
         problems.append("summary does not add up to the cases")
     return problems

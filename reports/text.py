@@ -47,9 +47,11 @@ def case_text(case: dict) -> str:
         lines.append(f"log {label}: {path}")
     lines += ["", "timeline (case time, server-clock shift, lane, event):", timeline.text(case.get("timeline") or []),
               "", "checks:"]
-    for check in sorted(case.get("checks", []), key=lambda c: bool(c.get("ok", True))):
-        mark = "ok  " if check.get("ok", True) else "FAIL"
+    for check in sorted(case.get("checks", []), key=lambda c: (bool(c.get("ok", True)), not c.get("skipped"))):
+        mark = "n/c " if check.get("skipped") else "ok  " if check.get("ok", True) else "FAIL"
         lines.append(f"  {mark} {check.get('name')} ({check.get('rows', '?')} rows): {check.get('rule', '')}")
+        if check.get("skipped"):
+            lines.append(f"         {check['skipped']}")
         if check.get("evidence"):
             lines += [f"         {row}" for row in table(check["evidence"])]
     return "\n".join(lines)

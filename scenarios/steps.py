@@ -9,6 +9,7 @@ import time, so the language can be read, checked and documented without a world
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from .errors import StepError, TimeError
 from .times import relative
 
 if TYPE_CHECKING:
+    from testhost.replay import Replay
     from testhost.runner import CaseRun
 
     from .model import Step
@@ -97,6 +99,15 @@ class StepKind:
         `waited` when the step could not take its locks (it then runs again once the pass is over)."""
         raise NotImplementedError
 
+    def replay(self, replay: "Replay", step: "Step", skip: frozenset) -> None:
+        """The step in the model alone, on the scenario's nominal clock (`crashproof scenarios --lint` and the
+        verdict's replays; testhost/replay.py). `skip`: schedules a pass claimed but a fault left undecided."""
+        raise NotImplementedError
+
+    def claims(self, step: "Step") -> int | None:
+        """How many schedules the step's pass claims at most (None: the step makes no pass)."""
+        return None
+
 
 STEPS: dict[str, StepKind] = {}
 
@@ -157,6 +168,14 @@ class ClientStep(StepKind):
     def model(self, case: "CaseRun", step: "Step") -> None:
         raise NotImplementedError
 
+    def replay(self, replay, step, skip):
+        if step.expected_outcome == "ok":  # a client step the scenario expects to be applied
+            self.apply(replay.model, step, replay.now)
+
+    def apply(self, model, step: "Step", now: datetime) -> None:
+        """The command in a model of Gate A, accepted at `now`."""
+        raise NotImplementedError
+
 
 class DefinitionStep(ClientStep):
     fields = (SCHEDULE, SPEC) + ANSWER_FIELDS
@@ -166,22 +185,16 @@ class DefinitionStep(ClientStep):
 
     def model(self, case, step):
         """The model takes the same command; a new generation's acceptance time is the server's, read back."""
-        from testhost.model import Generation
-
-        name, spec = step.args["schedule"], step.args["spec"]
         with case.owner() as conn:
             row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
-                               "order by generation desc limit 1", (case.schedule_ids[name],)).fetchone()
-        generation = Generation(
-            1, spec["kind"], row["accepted_at_utc"],
-            at=relative(spec["at"]) if "at" in spec else None,
-            after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
-            every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
-            anchor=(relative(spec["anchor"]) if "anchor" in spec else row["accepted_at_utc"])
-            if spec["kind"] == "every" else None,
-            misfire=spec.get("misfire_policy", "run-once"),
-            window=timedelta(seconds=spec.get("safety_window_s", 3600)))
-        (case.model.create if self.operation == "create" else case.model.update)(name, generation)
+                               "order by generation desc limit 1", (case.schedule_ids[step.args["schedule"]],)).fetchone()
+        self.apply(case.model, step, row["accepted_at_utc"])
+
+    def apply(self, model, step, now):
+        from testhost.replay import generation_of
+
+        generation = generation_of(step.args["spec"], now)
+        (model.create if self.operation == "create" else model.update)(step.args["schedule"], generation)
 
 
 @step_kind
@@ -255,7 +268,10 @@ lifecycle = "deleted"
 '''
 
     def model(self, case, step):
-        case.model.delete(step.args["schedule"])
+        self.apply(case.model, step, None)
+
+    def apply(self, model, step, now):
+        model.delete(step.args["schedule"])
 
 
 @step_kind
@@ -289,7 +305,10 @@ lifecycle = "active"
 '''
 
     def model(self, case, step):
-        case.model.release(step.args["schedule"])
+        self.apply(case.model, step, None)
+
+    def apply(self, model, step, now):
+        model.release(step.args["schedule"])
 
 
 # -- the clock ---------------------------------------------------------------------------------------------
@@ -318,6 +337,9 @@ works = 1
 
     def run(self, case, step):
         case.advance(timedelta(seconds=step.args["seconds"]))
+
+    def replay(self, replay, step, skip):
+        replay.now += timedelta(seconds=step.args["seconds"])
 
 
 @step_kind
@@ -366,6 +388,9 @@ occurrences = []
     def run(self, case, step):
         case.set_clock(relative(step.args["at"]), freeze=step.args.get("freeze", False))
 
+    def replay(self, replay, step, skip):
+        replay.now = relative(step.args["at"])
+
 
 # -- processing ----------------------------------------------------------------------------------------------
 
@@ -404,6 +429,21 @@ class Pass(StepKind):
             if key in args:
                 request[key] = args[key]
         case.run_pass(step, labels, request)
+
+    def claims(self, step):
+        args = step.args
+        return min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)) * len(self.labels(step))
+
+    def replay(self, replay, step, skip):
+        """The pass; a step beside its held barrier in the order the spec allows every implementation (it waited
+        for the held decision: after the pass)."""
+        if "expect" not in step.args:
+            replay.model.pass_(replay.now, self.claims(step), skip)
+        elif step.expected_outcome == "ok":
+            replay.model.pass_(replay.now, step.args.get("maximum_schedules", 1), skip)
+        beside = during_step(step)
+        if beside is not None:
+            STEPS[beside[2].op].replay(replay, beside[2], frozenset())
 
 
 @step_kind
@@ -493,6 +533,9 @@ works = 1
     def run(self, case, step):
         case.drain(case.impls["A"])
 
+    def replay(self, replay, step, skip):
+        replay.model.drain(replay.now, skip)
+
 
 # -- Work ---------------------------------------------------------------------------------------------------
 
@@ -534,6 +577,12 @@ works = 1
             return
         case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
         case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+
+    def replay(self, replay, step, skip):
+        args = step.args
+        started = [o for o in replay.model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
+        if _choose(started, args.get("nth", -1)) is not None:
+            replay.model.work(args["schedule"], args.get("nth", -1), args["state"])
 
 
 @step_kind
@@ -577,6 +626,11 @@ works = 0
     def run(self, case, step):
         case.plant_work(step.args)
 
+    def replay(self, replay, step, skip):
+        args = step.args
+        replay.model.plant(args["schedule"], args.get("generation", 1), args.get("kind", "nominal"),
+                           relative(args["first"]))
+
 
 # -- operator steps ----------------------------------------------------------------------------------------
 
@@ -610,6 +664,9 @@ suspension = "runtime-epoch"
         case.model.advance_epoch()
         with case.owner() as conn:
             conn.execute("select appsurface_durable.advance_runtime_epoch()")
+
+    def replay(self, replay, step, skip):
+        replay.model.advance_epoch()
 
 
 @step_kind
@@ -651,6 +708,9 @@ suspension = "scope-generation"
             return "waited"
         case.model.advance_scope_generation()
         return "committed"
+
+    def replay(self, replay, step, skip):
+        replay.model.advance_scope_generation()
 
 
 # -- backup and restore --------------------------------------------------------------------------------------
@@ -710,6 +770,9 @@ lifecycle = "active"
     def run(self, case, step):
         case.take_snapshot(step.args["name"])
 
+    def replay(self, replay, step, skip):
+        replay.snapshots[step.args["name"]] = copy.deepcopy(replay.model)
+
 
 @step_kind
 class Restore(StepKind):
@@ -727,6 +790,9 @@ class Restore(StepKind):
 
     def run(self, case, step):
         case.restore_snapshot(step.args["name"])
+
+    def replay(self, replay, step, skip):
+        replay.model = copy.deepcopy(replay.snapshots[step.args["name"]])
 
 
 # -- validation ---------------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
                 migrations: str | None = None) -> dict:
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None)
-    return {"case": outcome.to_json(), "picture": outcome.picture, "implementation": outcome.implementation}
+    return {"case": outcome.to_json(), "baseline": outcome.baseline, "implementation": outcome.implementation}
 
 
 def _worker_schema_stage(migrations: str) -> dict:
@@ -318,9 +318,9 @@ def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: st
                         queue.insert(0, (plan, baseline))
                         continue
                     result = {"case": _error_case(plan, "the worker process running this case died"),
-                              "picture": None}
+                              "baseline": None}
                 except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
-                    result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "picture": None}
+                    result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "baseline": None}
                 results.append({**result, "plan": plan})
                 progress.update(result["case"]["verdict"])
                 if fail_fast and result["case"]["verdict"] in ("fail", "error"):
@@ -464,7 +464,7 @@ def _pool_factory(options: Options):
 
 def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path, results: list | None = None,
             signals: StopSignals = _NO_SIGNALS):
-    """The fault-free run of every scenario: its verdict, the barriers it reaches, its final picture."""
+    """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline."""
     progress = Progress(len(scenarios), options.progress, "fault-free")
     results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
                         str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
@@ -627,10 +627,10 @@ def certify(options: Options) -> tuple[int, dict]:
             plans = shard.select(plans, census_hits, options.shard)
             empty_slice = options.shard is not None and not plans
             planned_faulted = True
-            pictures = {r["plan"].scenario: r["picture"] for r in census_results}
+            baselines = {r["plan"].scenario: r["baseline"] for r in census_results}
             random.Random(options.seed).shuffle(plans)
             faulted_progress = Progress(len(plans), options.progress, "faulted")
-            run_cases(pool, [(p, pictures.get(p.scenario)) for p in plans], options.command, str(log_dir),
+            run_cases(pool, [(p, baselines.get(p.scenario)) for p in plans], options.command, str(log_dir),
                       faulted_progress, _case_worker(options), results=finished, fail_fast=options.fail_fast,
                       signals=signals)
             signals.armed = False

@@ -114,6 +114,13 @@ def cmd_scenarios(args) -> int:
     folders = [Path(folder) for folder in args.catalog or []]
     from scenarios.matrix import select
     scenarios = select(load_catalog(folders, args.with_builtin), args.scenario)
+    if args.lint:
+        from .lint import lint
+        warnings = [w for s in scenarios for w in lint(s)]
+        for warning in warnings:
+            print(f"warning: {warning.line()}")
+        print(f"{len(warnings)} warning{'s' * (len(warnings) != 1)} in {len(scenarios)} scenarios")
+        return 1 if warnings and args.strict else 0
     if not args.matrix:
         for s in scenarios:
             print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
@@ -316,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     scen = sub.add_parser("scenarios", help="list the scenario catalog")
     scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
                       "every skipped combination and why, and each fault-free case that did not pass (then exit 1)")
+    scen.add_argument("--lint", action="store_true", help="warn (one line per step, with its file) where a fault's "
+                      "recovery, which moves the server clock by lease_seconds + 1, changes what the model says the "
+                      "scenario ends in: faulted cases there are not compared with the fault-free run (exit 0)")
+    scen.add_argument("--strict", action="store_true", help="with --lint: exit 1 when there is a warning")
     scen.add_argument("--impl", help="implementation to take the census of (default: the reference)")
     scen.add_argument("--scenario", action="append", help="only scenarios matching these globs (comma-separated, "
                       "repeatable)")

@@ -181,17 +181,23 @@ class Model:
             return datetime.min.replace(tzinfo=now.tzinfo)
         return s.active.instants_between(s.cursor, now)[0]
 
-    def pass_(self, now: datetime, maximum: int = 64) -> None:
-        """Up to `maximum` due schedules, the longest due first (as claims go), are processed once each."""
+    def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
+        """The schedules a pass at `now` claims: up to `maximum` due ones, the longest due first (as claims go)."""
         due = sorted((s for s in self.schedules.values() if self.due(s, now)), key=lambda s: self.due_at(s, now))
-        for s in due[:maximum]:
-            self._process(s, now)
+        return [s.name for s in due[:maximum]]
 
-    def drain(self, now: datetime) -> None:
+    def pass_(self, now: datetime, maximum: int = 64, skip: frozenset = frozenset()) -> None:
+        """The claimed schedules are processed once each; those in `skip` were claimed by a pass a fault
+        interrupted before it decided them, and wait for a later pass."""
+        for name in self.claimed(now, maximum):
+            if name not in skip:
+                self._process(self.schedules[name], now)
+
+    def drain(self, now: datetime, skip: frozenset = frozenset()) -> None:
         for _ in range(10):
-            if not any(self.due(s, now) for s in self.schedules.values()):
+            if not any(self.due(s, now) for s in self.schedules.values() if s.name not in skip):
                 return
-            self.pass_(now)
+            self.pass_(now, skip=skip)
 
     def _process(self, s: Schedule, cutoff: datetime) -> None:
         if s.epoch != self.epoch:

@@ -126,7 +126,7 @@ class MutantRun:
     def __init__(self, options: Options, log_dir: Path, signals: StopSignals):
         self.options, self.log_dir, self.signals = options, log_dir, signals
         self.pool = signals.pool = Pool(_pool_factory(options))
-        self.pictures: dict[tuple[str, str], dict] = {}  # (job label, scenario) -> fault-free picture
+        self.baselines: dict[tuple[str, str], dict] = {}  # (job label, scenario) -> its fault-free run's baseline
 
     def close(self) -> None:
         self.pool.close()
@@ -143,15 +143,15 @@ class MutantRun:
                     continue
                 ran: list[dict] = []
                 try:
-                    run_cases(self.pool, [(j, self.pictures.get((j.label, j.scenario))) for j in batch], "",
+                    run_cases(self.pool, [(j, self.baselines.get((j.label, j.scenario))) for j in batch], "",
                               str(self.log_dir), Progress(len(batch), self.options.progress, label),
                               worker=_job_worker, results=ran, signals=self.signals)
                 finally:
                     results += [(r["plan"].label, r["case"]) for r in ran]
                 for r in ran:
                     job = r["plan"]
-                    if job.fault is None and r.get("picture") is not None:
-                        self.pictures[(job.label, job.scenario)] = r["picture"]
+                    if job.fault is None and r.get("baseline") is not None:
+                        self.baselines[(job.label, job.scenario)] = r["baseline"]
         except RunStopped as stop:
             stop.finished = results
             raise

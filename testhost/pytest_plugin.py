@@ -127,14 +127,14 @@ class CaseItem(pytest.Item):
 
 
 class _Session:
-    """This process's world and the fault-free pictures its faulted cases are judged against."""
+    """This process's world and the fault-free baselines its faulted cases are judged against."""
 
     key = pytest.StashKey["_Session"]()
 
     def __init__(self, config):
         self.config = config
         self.world = None
-        self.pictures: dict[str, dict] = {}
+        self.baselines: dict[str, dict] = {}
         from .workspace import Workspace
         root = Workspace().root
         root.mkdir(parents=True, exist_ok=True)
@@ -155,12 +155,12 @@ class _Session:
             worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
             self.world = World(f"pytest-{worker}", network_optional=True).up()
         command = self.config.getoption("crashproof_impl")
-        if plan.fault is not None and plan.scenario not in self.pictures:
+        if plan.fault is not None and plan.scenario not in self.baselines:
             self.run(CasePlan(plan.scenario))
         outcome = run_case(self.world, self.scenarios[plan.scenario], plan, command, self.log_dir,
-                           self.pictures.get(plan.scenario))
-        if plan.fault is None and outcome.picture is not None:
-            self.pictures[plan.scenario] = outcome.picture
+                           self.baselines.get(plan.scenario))
+        if plan.fault is None and outcome.baseline is not None:
+            self.baselines[plan.scenario] = outcome.baseline
         return outcome
 
 

@@ -23,17 +23,19 @@ from scenarios.steps import STEPS, during_step
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
-                     equivalence, expectations, fence_locked_beside, fence_seen, history_agreement, idle_cursor,
-                     late_writes, model_agreement, normalize, one_pending_coalesced_seen, outcome_honesty,
-                     process_counts, stall_took_over, universal, vacuity, work_own_clock)
+                     fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
+                     normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
+                     universal, work_own_clock)
 from .errors import FallbackFailed, TestHostError
-from .faults import FAULTS, Injection
+from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .identity import expected_work, instant_text
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from .model import Model
+from .model import picture as model_picture
 from .state import read_state
 from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
+from .timelines import Timelines
+from .verdict import baseline as make_baseline, fault_free_judges
 from .world import CLOCK, World
 
 SCOPE = "tenant-a"
@@ -53,6 +55,9 @@ MAX_STARTS = 8
 # transaction. The host cancels it itself: PostgreSQL's own lock_timeout and statement_timeout never fire once
 # libfaketime has moved the server clock (seen here: a lock wait under lock_timeout = 500ms outlived 60 s).
 BESIDE_WAIT_S = 0.5
+# Barriers reached only once a schedule's decision has committed in this pass.
+DECIDED_AT = {"schedule-decision-after-commit", "schedule-work-after-acceptance", "schedule-bridge-before-commit",
+              "schedule-link-after-commit"}
 
 
 _pools: dict[tuple, StorePool] = {}
@@ -92,13 +97,19 @@ class CaseOutcome:
     timeline: list[dict] = field(default_factory=list)
     duration_s: float = 0.0
     hits: dict[str, int] = field(default_factory=dict)
-    picture: dict | None = None
+    picture: dict | None = None  # the database's final state, run-independent (checks.normalize)
+    model_picture: dict | None = None  # what the model says this timeline must end in
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
     logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
     measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
+
+    @property
+    def baseline(self) -> dict | None:
+        """What this run hands its scenario's faulted cases when it is the fault-free run."""
+        return make_baseline(self.picture, self.model_picture)
 
     def to_json(self) -> dict:
         found = {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
@@ -139,7 +150,7 @@ class CaseRun:
         self.racers: dict[str, threading.Thread] = {}  # the threads of the last `race` step, by instance
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
-        self.model = Model()  # what Gate A says this timeline must produce, kept step by step
+        self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
@@ -216,6 +227,8 @@ class CaseRun:
         self._watch_barrier(impl, name, context, fire)
         if fire:
             self.note("fault", fault=self.plan.fault, barrier=name, hit=self.plan.hit, instance=impl.label)
+            if BY_NAME[name].transaction in PROCESSOR_TRANSACTIONS:
+                self.model.fork(self.decided_in_pass())  # what it claimed may be left to the recovery's clock
             try:
                 FAULTS[self.plan.fault].inject(self, impl, BY_NAME[name], self.injection)
             except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is a harness error
@@ -245,6 +258,15 @@ class CaseRun:
             window["faults"].append(self.plan.fault)
         if self.bridge_clock is not None:
             self.bridge_clock.at_barrier(impl, name, context, faulted=fire)
+
+    def decided_in_pass(self) -> set[str]:
+        """The schedules whose decision the verifier saw commit since the step began (the barrier that fired
+        included): a fault in that pass cannot leave them undecided. Only what the barriers' context names."""
+        names = {str(i): name for name, i in self.schedule_ids.items()}
+        start = max((i for i, e in enumerate(self.timeline) if e["event"] in ("step", "final-drain")), default=0)
+        return {names[e["context"]["schedule_id"]] for e in self.timeline[start:]
+                if e["event"] == "barrier" and e["name"] in DECIDED_AT
+                and str((e.get("context") or {}).get("schedule_id")) in names}
 
     # -- world helpers -------------------------------------------------------------------------------
 
@@ -766,6 +788,12 @@ class CaseRun:
                              "complete-work (redo)")
         self.drain(self.impls["A"])
 
+    def fault_shift_s(self) -> float:
+        """How far the fault, its recovery and the settling moved the server clock beyond the scenario's own
+        advances (a pause moves it twice: for the takeover and for the recovery)."""
+        moved = sum(e["shift_s"] for e in self.timeline if e["event"] == "clock")
+        return moved - sum(s.args["seconds"] for s in self.scenario.steps if s.op == "advance")
+
     def settle(self, rounds: int = 3) -> None:
         """After a fault, a lease taken by an attempt that failed later still blocks its schedule until it
         expires: move the clock past it and drain again (bounded)."""
@@ -826,6 +854,7 @@ class CaseRun:
             recovered = False
             late_check = None
             for step in self.scenario.steps:
+                self.model.step_started()
                 self.step(step)
                 if self._protocol_error:
                     raise self._protocol_error
@@ -854,14 +883,21 @@ class CaseRun:
             checks.append(fence_seen(self.coalesced_seen))
             if late_check is not None:
                 checks.append(late_check)
-            if self.plan.fault is None or self.scenario.equivalence:
-                # A timeline whose outcome a fault's recovery changes (equivalence = false) is held to its
-                # expectations in its fault-free run; its faulted runs are judged by the model instead.
-                checks.append(expectations(state, self.scenario.expect, self.schedule_ids, self._resolve))
-                checks.append(vacuity(checks, self.scenario.expect))
             picture = normalize(state, self.schedule_ids)
-            checks.append(model_agreement(picture, self.model))
-            checks.append(history_agreement(state, self.schedule_ids, self.model))
+            model = self.model.matching(picture)  # the timeline that ran, where a fault left two possible
+            left = self.model.left[self.model.branches.index(model)]
+            if left:
+                self.note("model-timeline", left_to_recovery=sorted(left))
+            predicted = model_picture(model)
+            # The fault-free run's judges apply only where the model says this timeline, on its real clock, must
+            # end as the fault-free one did; elsewhere the report says why they were not compared.
+            judges = fault_free_judges(checks, faulted=self.plan.fault is not None, scenario=self.scenario,
+                                       base=baseline, model_picture=predicted, picture=picture, state=state,
+                                       schedule_ids=self.schedule_ids, resolve=self._resolve,
+                                       shift_s=self.fault_shift_s(), left=left)
+            checks += [c for c in judges if c.name != "crash-equivalence"]
+            checks.append(model_agreement(picture, model))
+            checks.append(history_agreement(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
@@ -883,9 +919,8 @@ class CaseRun:
                 deadline_check = client_deadline(self.injection.details) if fired else None
                 stall_check = stall_took_over(self.injection.details) if fired else None
                 checks += [c for c in (fate_check, deadline_check, stall_check) if c is not None]
-                if baseline is not None and self.scenario.equivalence:
-                    checks.append(equivalence(picture, baseline))
-            outcome.checks, outcome.picture = checks, picture
+            checks += [c for c in judges if c.name == "crash-equivalence"]
+            outcome.checks, outcome.picture, outcome.model_picture = checks, picture, predicted
             failed = [c.name for c in checks if not c.ok]
             outcome.verdict = "fail" if failed else "pass"
             outcome.reason = ", ".join(failed)

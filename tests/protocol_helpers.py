@@ -85,4 +85,4 @@ def fake_case_worker(plan, command, log_dir, baseline):
     if plan.scenario == "die":
         os._exit(3)
     return {"case": {"id": plan.id, "verdict": "pass", "reason": "", "checks": [], "timeline": [], "duration_s": 0,
-                     "barrier_hits": {}, "fallbacks": []}, "picture": None, "implementation": "fake"}
+                     "barrier_hits": {}, "fallbacks": []}, "baseline": None, "implementation": "fake"}

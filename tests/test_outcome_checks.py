@@ -21,7 +21,7 @@ def _case(world, tmp_path, command):
     scenario = next(s for s in load_catalog() if s.name == PLAN.scenario)
     baseline = run_case(world, scenario, CasePlan(PLAN.scenario), command, tmp_path)
     assert baseline.verdict == "pass", baseline.reason
-    outcome = run_case(world, scenario, PLAN, command, tmp_path, baseline.picture)
+    outcome = run_case(world, scenario, PLAN, command, tmp_path, baseline.baseline)
     return outcome, {c.name: c for c in outcome.checks}
 
 

@@ -115,13 +115,16 @@
 
   function checksTable(c) {
     var rows = [], d = data();
-    var checks = c.c.slice().sort(function (a, b) { return a[1] - b[1]; });
+    // failed (0) first, then not compared (2), then passed (1)
+    var order = function (k) { return k[1] === 2 ? 0.5 : k[1]; };
+    var checks = c.c.slice().sort(function (a, b) { return order(a) - order(b); });
     var body = [];
     checks.forEach(function (k) {
-      var name = S(d.checks[k[0]][0]), rule = S(d.checks[k[0]][1]);
-      body.push(el("tr", {class: k[1] ? "" : "failed"}, [el("td", {}, [k[1] ? "✓" : "✗"]), el("td", {class: "mono"}, [name]),
-        el("td", {}, [String(k[2])]), el("td", {class: "rule"}, [rule])]));
-      if (!k[1] && k[3] && k[3].length) {
+      var name = S(d.checks[k[0]][0]), rule = S(d.checks[k[0]][1]), skipped = k[1] === 2;
+      body.push(el("tr", {class: skipped ? "not-compared" : k[1] ? "" : "failed"}, [
+        el("td", {title: skipped ? "not compared" : ""}, [skipped ? "–" : k[1] ? "✓" : "✗"]), el("td", {class: "mono"}, [name]),
+        el("td", {}, [String(k[2])]), el("td", {class: "rule"}, skipped ? [rule, el("div", {class: "muted"}, [S(k[4])])] : [rule])]));
+      if ((!k[1] || skipped) && k[3] && k[3].length) {
         body.push(el("tr", {class: "evidence-row"}, [el("td", {}, []), el("td", {colspan: 3}, [
           el("div", {class: "muted"}, ["evidence (" + k[3].length + " rows)"]), evidenceTable(k[3])])]));
       }

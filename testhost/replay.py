@@ -1,0 +1,50 @@
+"""A scenario's timeline replayed in the model alone, on its nominal clock (T0 plus its advances): what the
+model says the scenario ends in, with no implementation and no database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from scenarios.model import T0, Scenario, Step, relative
+from scenarios.steps import STEPS
+
+from .model import Generation, Model
+
+
+def generation_of(spec: dict, accepted_at: datetime) -> Generation:
+    """A scenario spec as the model's generation (its number is set by create or update)."""
+    return Generation(
+        1, spec["kind"], accepted_at,
+        at=relative(spec["at"]) if "at" in spec else None,
+        after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
+        every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
+        anchor=(relative(spec["anchor"]) if "anchor" in spec else accepted_at) if spec["kind"] == "every" else None,
+        misfire=spec.get("misfire_policy", "run-once"),
+        window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+
+
+class Replay:
+    """The scenario's timeline on its nominal clock (T0 plus its advances), in the model."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario, self.model, self.now = scenario, Model(), T0
+        self.snapshots: dict[str, Model] = {}
+
+    def claimed(self, step: Step | None) -> list[str]:
+        """What the step's pass (None: the final drain) would claim now: the schedules a fault there may leave."""
+        if step is not None:
+            limit = STEPS[step.op].claims(step)
+            if limit is not None:
+                return self.model.claimed(self.now, limit)
+        return [s.name for s in self.model.schedules.values() if self.model.due(s, self.now)]
+
+    def step(self, step: Step, skip: frozenset = frozenset()) -> None:
+        """One step, by its kind (scenarios/steps.py); `skip`: schedules its pass claimed but a fault stopped it
+        from deciding."""
+        STEPS[step.op].replay(self, step, skip)
+
+    def recover(self, shifts: int, lease_seconds: float) -> None:
+        """What a fault's recovery does to the clock and the model: each shift moves past the lease and drains."""
+        for _ in range(shifts):
+            self.now += timedelta(seconds=lease_seconds + 1)
+            self.model.drain(self.now)

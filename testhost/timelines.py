@@ -1,0 +1,117 @@
+"""The model over every timeline a faulted case may have run. A fault in a pass can stop it before it decided some
+of the schedules it claimed; the recovery then decides them on a clock moved by lease_seconds + 1, which may lie
+past a nominal instant. Both are correct, so the model keeps one branch per set of schedules the interrupted pass
+may have left, and the final state is judged against the branch it matches."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from itertools import combinations
+
+from .checks import comparable
+from .model import Model, picture
+
+# Beyond this many schedules claimed by the interrupted pass, only the tails of its claim order are branched (a
+# pass decides in claim order, so a fault leaves a tail of it); the catalog's passes claim at most a few.
+MAX_SUBSETS_OF = 6
+
+
+class Timelines:
+    """Model, branched at a fault: every operation goes to every branch; reads go to the first (no fault)."""
+
+    def __init__(self) -> None:
+        self.branches: list[Model] = [Model()]
+        self.left: list[frozenset] = [frozenset()]  # per branch, what the interrupted pass left to the recovery
+        self._before: tuple[list[Model], str, datetime, int] | None = None  # the last pass, and the models before it
+
+    @property
+    def primary(self) -> Model:
+        return self.branches[0]
+
+    @property
+    def schedules(self):
+        return self.primary.schedules
+
+    def _each(self, name: str, *args) -> None:
+        for model in self.branches:
+            getattr(model, name)(*args)
+
+    def create(self, *args) -> None:
+        self._each("create", *args)
+
+    def update(self, *args) -> None:
+        self._each("update", *args)
+
+    def delete(self, *args) -> None:
+        self._each("delete", *args)
+
+    def release(self, *args) -> None:
+        self._each("release", *args)
+
+    def plant(self, *args) -> None:
+        self._each("plant", *args)
+
+    def advance_epoch(self) -> None:
+        self._each("advance_epoch")
+
+    def advance_scope_generation(self) -> None:
+        self._each("advance_scope_generation")
+
+    def work(self, *args) -> None:
+        self._each("work", *args)
+
+    def pass_(self, now: datetime, maximum: int = 64) -> None:
+        self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum)
+        self._each("pass_", now, maximum)
+
+    def drain(self, now: datetime) -> None:
+        self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64)
+        self._each("drain", now)
+
+    def step_started(self) -> None:
+        """A new step: a fault from here on did not interrupt an earlier step's pass."""
+        self._before = None
+
+    def fork(self, decided: set[str] = frozenset()) -> None:
+        """A fault fired inside the last pass (or drain): add a branch for each set of the schedules it claimed
+        that it may have left undecided (none of those `decided`, whose decision was seen to commit)."""
+        if self._before is None:
+            return
+        befores, kind, now, maximum = self._before
+        self._before = None
+        seen = {_key(m) for m in self.branches}
+        for before in befores:
+            claimed = [name for name in (before.claimed(now, maximum) if kind == "pass" else
+                                         [s.name for s in before.schedules.values() if before.due(s, now)])
+                       if name not in decided]
+            for skip in left_undecided(claimed):
+                branch = copy.deepcopy(before)
+                if kind == "pass":
+                    branch.pass_(now, maximum, skip=skip)
+                else:
+                    branch.drain(now, skip=skip)
+                if _key(branch) not in seen:
+                    seen.add(_key(branch))
+                    self.branches.append(branch)
+                    self.left.append(skip)
+
+    def matching(self, database_picture: dict) -> Model:
+        """The branch whose picture the database's final state shows (the first branch when none does)."""
+        wanted = {name: comparable(entry) for name, entry in database_picture.items()}
+        for model in self.branches:
+            if {name: comparable(entry) for name, entry in picture(model).items()} == wanted:
+                return model
+        return self.primary
+
+
+def left_undecided(claimed: list[str]) -> list[frozenset]:
+    """The sets of claimed schedules an interrupted pass may have left: any non-empty subset (two processors
+    racing, or a retry after a disconnect, decide out of order), or its tails when it claimed many."""
+    if len(claimed) > MAX_SUBSETS_OF:
+        return [frozenset(claimed[i:]) for i in range(len(claimed))]
+    return [frozenset(c) for n in range(1, len(claimed) + 1) for c in combinations(claimed, n)]
+
+
+def _key(model: Model) -> str:
+    return repr((model.schedules, model.epoch, model.scope_generation))
