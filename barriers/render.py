@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import (ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES, PROTOCOL_VERSION,
-                       TIMEOUTS)
+from .protocol import (CLOCK_RULES, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
+                       PROTOCOL_VERSION, TIMEOUTS)
 from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
@@ -124,6 +124,9 @@ def render() -> str:
         "## Processes",
         "",
         *[line for rule in PROCESS_RULES for line in (rule, "")],
+        "## Your own clock",
+        "",
+        *[line for rule in CLOCK_RULES for line in (rule, "")],
         "## Outcomes",
         "",
         *[f"- `{name}`: {meaning}" for name, meaning in OUTCOMES.items()],

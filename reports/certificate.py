@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from . import ReportError
-from .report import Loaded, load, outcome
+from .report import Loaded, clock_skew, load, outcome
 
 CERTIFICATE_VERSION = 1
 FILENAME = "certificate.json"
@@ -27,8 +27,10 @@ def statement(loaded: Loaded) -> dict:
     return {"certificate_version": CERTIFICATE_VERSION, "certified": certified, "verdict": verdict,
             "suite_version": report.get("suite_version"),
             "implementation": {k: impl.get(k) for k in ("identity", "command", "launcher", "migrations",
-                                                         "migrations_sha256", "fallbacks", "fallback_note")
+                                                         "migrations_sha256", "fallbacks", "fallback_note",
+                                                         "clock_offset")
                                if k in impl},
+            "clock_skew": clock_skew(report.get("cases", [])),
             "environment": report.get("environment"), "summary": report.get("summary"),
             "run_date": run.get("started_at"), "duration_s": run.get("duration_s"),
             "selection": run.get("selection"), "report": "report.json",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import tomllib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from .instances import Instance, parse_instances
 
 # Every case starts with the server clock set here, so explicit instants are the same in every run.
 T0 = datetime.fromisoformat("2031-03-03T00:00:00+00:00")
@@ -74,6 +76,7 @@ class Scenario:
     lease_seconds: float = 2.0
     source: str = ""
     origin: str = ""  # the file it was read from
+    instances: dict[str, Instance] = field(default_factory=dict)  # [instances.LABEL]: scenarios/instances.py
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -153,7 +156,8 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
             raise ScenarioError(f"{label}: expectations for {schedule!r}, which no step creates")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
-                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text, origin=origin or "")
+                    lease_seconds=float(data.get("lease_seconds", 2.0)), source=text, origin=origin or "",
+                    instances=parse_instances(data.get("instances"), label, text, origin))
 
 
 def _load_folder(folder) -> list[Scenario]:
