@@ -74,9 +74,8 @@ def test_an_instance_command_is_relative_to_the_scenario_file_and_a_bare_name_st
 def test_the_built_in_catalog_skews_one_instance_in_a_race_behind_and_ahead_and_an_every_pass():
     skewed = {s.name: {label: i.clock_offset for label, i in s.instances.items()} for s in load_catalog()
               if s.instances}
-    assert skewed["race-skewed-behind"] == {"B": -DAY}
-    assert skewed["race-skewed-ahead"] == {"B": DAY}
-    assert skewed["every-skewed-ahead"]["A"] == DAY
+    assert skewed["race-skewed-clocks"] == {"A": DAY, "B": -DAY}
+    assert skewed["every-skewed-ahead"] == {"A": DAY, "takeover": -DAY}
 
 
 # -- the verdict on a skew (pure: the hello and the host's clock) ---------------------------------------------
@@ -117,18 +116,18 @@ def test_the_worst_start_of_an_instance_is_what_its_case_reports():
 
 # -- real worlds ----------------------------------------------------------------------------------------------
 
-def test_the_reference_skewed_a_day_ahead_in_a_race_reports_the_skewed_clock_and_passes(world, tmp_path):
-    scenario = {s.name: s for s in load_catalog()}["race-skewed-ahead"]
+def test_the_reference_racing_a_day_ahead_and_a_day_behind_reports_the_skewed_clocks_and_passes(world, tmp_path):
+    scenario = {s.name: s for s in load_catalog()}["race-skewed-clocks"]
     outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
     assert outcome.verdict == "pass", outcome.reason
-    record = outcome.clock_skew["B"]
-    assert record["in_effect"] == skew.IN_EFFECT and record["offset"] == "+1d"
-    reported = datetime.fromisoformat(record["clock_utc"].replace("Z", "+00:00"))
-    window = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in record["host_window_utc"]]
-    assert window[0] + DAY <= reported <= window[1] + DAY
-    assert "A" not in outcome.clock_skew  # only B was skewed
+    for label, offset in (("A", DAY), ("B", -DAY)):
+        record = outcome.clock_skew[label]
+        assert record["in_effect"] == skew.IN_EFFECT and record["offset"] == format_offset(offset)
+        reported = datetime.fromisoformat(record["clock_utc"].replace("Z", "+00:00"))
+        window = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in record["host_window_utc"]]
+        assert window[0] + offset <= reported <= window[1] + offset
     starts = {e["instance"]: e for e in outcome.timeline if e["event"] == "start"}
-    assert starts["B"]["launcher"] == "spawn" and starts["A"]["launcher"] == "fork-server"
+    assert starts["A"]["launcher"] == starts["B"]["launcher"] == "spawn"  # a forked child gets no preload
 
 
 def test_an_instance_command_and_environment_reach_that_process_only(world, tmp_path):
@@ -137,10 +136,13 @@ def test_an_instance_command_and_environment_reach_that_process_only(world, tmp_
     launcher = catalog / "env-adapter.sh"
     launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {ADAPTERS / 'environment_report.py'} \"$@\"\n")
     launcher.chmod(0o755)
-    race = (Path(__file__).resolve().parent.parent / "scenarios" / "catalog" / "race-skewed-behind.toml").read_text()
-    (catalog / "own.toml").write_text(race.replace('[instances.B]\nclock_offset = "-1d"\n',
-                                                   '[instances.B]\nclock_offset = "-1d"\ncommand = "./env-adapter.sh '
-                                                   '--no-clock"\nenvironment = { PROBE_VALUE = "b-only" }\n'))
+    race = (Path(__file__).resolve().parent.parent / "scenarios" / "catalog" / "race-skewed-clocks.toml").read_text()
+    own = race.replace('[instances.A]\nclock_offset = "+1d"\n', "").replace(
+        '[instances.B]\nclock_offset = "-1d"\n',
+        '[instances.B]\nclock_offset = "-1d"\ncommand = "./env-adapter.sh --no-clock"\n'
+        'environment = { PROBE_VALUE = "b-only" }\n')
+    assert own.count("[instances.") == 1
+    (catalog / "own.toml").write_text(own)
     scenario = load_catalog([catalog])[0]
     outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path / "logs")
     assert outcome.verdict == "pass", outcome.reason
@@ -150,6 +152,10 @@ def test_an_instance_command_and_environment_reach_that_process_only(world, tmp_
     assert str(find_libfaketime()) in said["environment"]["LD_PRELOAD"]
     assert said["environment"]["FAKETIME"] == "-86400"
     assert "PROBE_VALUE" not in Path(outcome.logs.get("A", os.devnull)).read_text()
+    assert "A" not in outcome.clock_skew  # A runs --impl with the host's clock, forked as usual
+    starts = {e["instance"]: e for e in outcome.timeline if e["event"] == "start"}
+    assert starts["A"]["launcher"] == "fork-server" and "command" not in starts["A"]
+    assert starts["B"]["launcher"] == "spawn" and starts["B"]["command"].endswith("env-adapter.sh --no-clock")
     # no clock_utc in its hello: the host read /proc, where every process preloads and maps libfaketime
     record = outcome.clock_skew["B"]
     assert record["in_effect"] == skew.UNVERIFIED and "no clock_utc" in record["why"]
@@ -189,3 +195,31 @@ def test_a_bad_instance_table_in_a_catalog_exits_2_naming_the_file(tmp_path):
                            "--report-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert f"{catalog / 'bad.toml'} (line 1): instances.B.environment.N: must be a string" in done.stderr
+
+
+def _part(directory: Path, cases: list[dict], offset: str | None = None):
+    from reports.report import Loaded, build, clock_skew
+    report = build(suite_version="s", implementation={"command": "c", "identity": "i", "clock_offset": offset,
+                                                      "clock_skew": clock_skew(cases)},
+                   environment={}, run={"started_at": "2026-12-01T00:00:00+00:00", "duration_s": 1,
+                                        "selection": {}}, cases=cases)
+    return Loaded(directory, report, json.dumps(report).encode())
+
+
+def _case(case_id: str, **skews: str) -> dict:
+    return {"id": case_id, "scenario": case_id, "barrier": None, "fault": None, "hit": None, "verdict": "pass",
+            "checks": [], "timeline": [], "duration_s": 0.1,
+            "clock_skew": {label: {"offset": "+1d", "in_effect": v} for label, v in skews.items()}}
+
+
+def test_merge_recounts_the_skew_and_refuses_parts_run_with_other_offsets(tmp_path):
+    from reports import ReportError
+    from reports.compare import merge
+    first = _part(tmp_path / "a", [_case("x", A=skew.IN_EFFECT, B=skew.NOT_IN_EFFECT), _case("y")])
+    second = _part(tmp_path / "b", [_case("z", A=skew.UNVERIFIED)])
+    merged = merge([first, second])["implementation"]["clock_skew"]
+    assert merged["cases"] == 2 and merged["in_effect"] == 0
+    assert merged["not_in_effect_cases"] == ["x"] and merged["unverified_cases"] == ["z"]
+    assert "not in effect in 1" in merged["note"]
+    with pytest.raises(ReportError, match="clock offsets"):
+        merge([first, _part(tmp_path / "c", [_case("w")], offset="+2h")])
