@@ -86,6 +86,8 @@ def verify(offset: timedelta, hello: dict, before: datetime, after: datetime, pi
             record["why"] = (f"the clock the implementation reported is off by "
                              f"{(reading - after).total_seconds():+.0f} s, not by the offset")
         return record
+    if "clock_utc" in hello:  # not an RFC 3339 instant with an offset: judged as if absent, and said so
+        record["clock_utc_unreadable"] = str(hello["clock_utc"])[:80]
     processes = _proc_evidence(pid, libfaketime)
     record["processes"] = processes
     if processes and all(p["preloaded"] and p["maps_libfaketime"] for p in processes):

@@ -108,6 +108,12 @@ def test_without_a_reported_clock_a_process_that_does_not_map_libfaketime_is_not
     assert record["processes"] and not record["processes"][0]["maps_libfaketime"]
 
 
+def test_an_unreadable_reported_clock_is_said_and_judged_from_proc():
+    before = datetime.now(timezone.utc)
+    record = skew.verify(DAY, {"clock_utc": "tomorrow"}, before, before, None, Path("/x/libfaketime.so.1"))
+    assert record["clock_utc_unreadable"] == "tomorrow" and record["in_effect"] == skew.UNVERIFIED
+
+
 def test_the_worst_start_of_an_instance_is_what_its_case_reports():
     good, bad = {"in_effect": skew.IN_EFFECT}, {"in_effect": skew.NOT_IN_EFFECT}
     assert skew.worst(skew.worst(None, good), bad) == {**bad, "starts": 2}
