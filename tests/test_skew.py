@@ -229,3 +229,14 @@ def test_merge_recounts_the_skew_and_refuses_parts_run_with_other_offsets(tmp_pa
     assert "not in effect in 1" in merged["note"]
     with pytest.raises(ReportError, match="clock offsets"):
         merge([first, _part(tmp_path / "c", [_case("w")], offset="+2h")])
+
+
+def test_an_instance_command_that_cannot_start_is_refused_before_any_world(tmp_path):
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / "own.toml").write_text('[instances.B]\ncommand = "./missing-adapter --v1"\n' + STEPS)
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--catalog", str(catalog),
+                           "--report-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert (f"{catalog / 'own.toml'}: instances.B.command: program {catalog / 'missing-adapter'} does not exist"
+            in done.stderr)
