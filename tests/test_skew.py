@@ -227,6 +227,9 @@ def test_merge_recounts_the_skew_and_refuses_parts_run_with_other_offsets(tmp_pa
     assert merged["cases"] == 2 and merged["in_effect"] == 0
     assert merged["not_in_effect_cases"] == ["x"] and merged["unverified_cases"] == ["z"]
     assert "not in effect in 1" in merged["note"]
+    from reports.certificate import statement
+    assert statement(second)["clock_skew"]["unverified_cases"] == ["z"]
+    assert "clock_skew" not in statement(_part(tmp_path / "d", [_case("y")]))  # reads as before the skew existed
     with pytest.raises(ReportError, match="clock offsets"):
         merge([first, _part(tmp_path / "c", [_case("w")], offset="+2h")])
 
