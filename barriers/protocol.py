@@ -100,8 +100,10 @@ CLOCK_RULES = (
     "`LD_PRELOAD` naming libfaketime (the one the world's PostgreSQL uses, `CRASHPROOF_LIBFAKETIME`), "
     "`FAKETIME=\"+86400\"` (the offset in seconds, relative: the clock keeps ticking at real speed) and "
     "`FAKETIME_DONT_FAKE_MONOTONIC=1` (the monotonic clock, which timeouts read, is left alone). libfaketime 0.9.10 "
-    "then fails `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)` with EINVAL, which is what Python's "
-    "`time.sleep` calls: wait on a condition, a socket or an event with a timeout instead.",
+    "then fails `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)` (Python's `time.sleep`) with EINVAL, so the "
+    "host preloads a small fix before it that passes a sleep on a monotonic clock straight to the kernel "
+    "(`testhost/native/monotonic_sleep.c`, built once with the system's C compiler; where there is none, "
+    "`time.sleep` fails in a skewed process: wait on a condition, a socket or an event with a timeout instead).",
     "The host must know the skew took effect. Put your process's own wall-clock reading in the `hello` "
     "(`clock_utc`, RFC 3339 UTC, read right before you write the hello): the host takes its own clock right "
     "before the start and when the hello arrives, and the skew is `in-effect` when your reading less the offset "

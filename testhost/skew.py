@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import shutil
+import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from scenarios.instances import format_offset
 
 from .processes import group_members
+from .workspace import Workspace
 
 # A reading of the implementation's clock is taken between the host's reading before the start and its reading
 # when the hello arrived; this much more either side absorbs the granularity of the two clocks.
@@ -18,11 +23,39 @@ IN_EFFECT, NOT_IN_EFFECT, UNVERIFIED = "in-effect", "not-in-effect", "unverified
 ORDER = (NOT_IN_EFFECT, UNVERIFIED, IN_EFFECT)
 
 
+SLEEP_FIX_SOURCE = Path(__file__).with_name("native") / "monotonic_sleep.c"
+
+
+@functools.cache
+def sleep_fix() -> Path | None:
+    """The small preload that lets a monotonic clock_nanosleep past libfaketime 0.9.10 (native/monotonic_sleep.c),
+    built once per workspace with the system's C compiler; None where none is installed (then Python's
+    time.sleep fails with EINVAL in a skewed process, as PROTOCOL.md says)."""
+    source = SLEEP_FIX_SOURCE.read_bytes()
+    target = Workspace().root / f"monotonic-sleep-{hashlib.sha256(source).hexdigest()[:12]}.so"
+    if target.exists():
+        return target
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    built = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SLEEP_FIX_SOURCE), "-ldl"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        partial.unlink(missing_ok=True)
+        return None
+    os.replace(partial, target)  # whole: a worker building beside this one finds one file or none
+    return target
+
+
 def environment(libfaketime: Path, offset: timedelta, inherited: dict[str, str]) -> dict[str, str]:
     """What a skewed process gets: libfaketime preloaded with a relative offset, so its wall clock keeps ticking
     at real speed (an absolute FAKETIME would stop it), and the monotonic clock left alone, which timeouts and
-    condition waits read (faking it makes a Python lock's timed wait last the whole offset)."""
-    preload = " ".join(p for p in (str(libfaketime), inherited.get("LD_PRELOAD", "")) if p)
+    condition waits read (faking it makes a Python lock's timed wait last the whole offset). The sleep fix goes
+    first, so its clock_nanosleep is the one the process calls."""
+    fix = sleep_fix()
+    preload = " ".join(p for p in (str(fix) if fix else "", str(libfaketime), inherited.get("LD_PRELOAD", "")) if p)
     return {"LD_PRELOAD": preload, "FAKETIME": f"{int(offset.total_seconds()):+d}",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 

@@ -120,6 +120,30 @@ def test_the_worst_start_of_an_instance_is_what_its_case_reports():
     assert skew.worst(skew.worst(None, bad), good)["in_effect"] == skew.NOT_IN_EFFECT
 
 
+def test_a_skewed_python_process_reads_the_skewed_wall_clock_and_can_still_sleep_and_wait():
+    """libfaketime 0.9.10 alone fails Python's time.sleep (EINVAL) under FAKETIME_DONT_FAKE_MONOTONIC; the sleep
+    fix preloaded before it passes monotonic sleeps to the kernel, and a lock's timed wait stays short."""
+    assert skew.sleep_fix() is not None, "no C compiler: the sleep fix cannot be built here"
+    env = {**os.environ, **skew.environment(find_libfaketime(), DAY, os.environ)}
+    probe = ("import datetime, threading, time\n"
+             "t = time.monotonic(); time.sleep(0.2); slept = time.monotonic() - t\n"
+             "lock = threading.Lock(); lock.acquire(); t = time.monotonic(); lock.acquire(timeout=0.2)\n"
+             "print(datetime.datetime.now(datetime.timezone.utc).timestamp() - time.time(), slept, "
+             "time.monotonic() - t)\n")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    _, slept, waited = map(float, done.stdout.split())
+    assert 0.2 <= slept < 2 and 0.2 <= waited < 2
+    read = datetime.fromisoformat(subprocess.run(
+        [sys.executable, "-c", "import datetime; print(datetime.datetime.now(datetime.timezone.utc).isoformat())"],
+        env=env, capture_output=True, text=True, timeout=30).stdout.strip())
+    assert abs((read - datetime.now(timezone.utc) - DAY).total_seconds()) < 30
+    without = {**env, "LD_PRELOAD": str(find_libfaketime())}
+    broken = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.01)"], env=without,
+                            capture_output=True, text=True, timeout=30)
+    assert broken.returncode != 0 and "Invalid argument" in broken.stderr  # what the fix is for
+
+
 # -- real worlds ----------------------------------------------------------------------------------------------
 
 def test_the_reference_racing_a_day_ahead_and_a_day_behind_reports_the_skewed_clocks_and_passes(world, tmp_path):
