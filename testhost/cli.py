@@ -129,6 +129,8 @@ def cmd_scenarios(args) -> int:
         for s in scenarios:
             print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
             print(f"{'':32} {s.description}")
+            for label, instance in s.instances.items():
+                print(f"{'':32} instance {label}: {instance.to_json()}")
         return 0
     from .certify import Options, census
     worlds = _world_options(args)
