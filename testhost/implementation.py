@@ -130,7 +130,9 @@ class Implementation:
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _next_id: int = 1
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    spawn_only: bool = False  # never forked: a skewed clock needs LD_PRELOAD, which a forked child cannot get
+    # What the fork server itself must start with (a skewed clock's LD_PRELOAD and FAKETIME): a fork cannot add a
+    # preload, so such a start forks from a server of its own that has it (testhost/forkserver.py).
+    server_environment: dict[str, str] = field(default_factory=dict)
     started_utc: datetime | None = None  # the host's clock right before the start, and when the hello came
     hello_utc: datetime | None = None
     killed_by_host: bool = False  # the host ended it (a kill fault or a clean-up), so its death is no finding
@@ -146,10 +148,11 @@ class Implementation:
         env = {**os.environ, **self.environment, "CRASHPROOF_BARRIERS": "stdio"}
         self.started_utc = datetime.now(timezone.utc)
         try:
-            if not self.spawn_only and launcher_for(self.command) == "fork-server":
+            if launcher_for(self.command) == "fork-server":
                 try:
                     module, args = forkserver.module_command(argv)
-                    self._process = forkserver.server(preload_for(module)).start(module, args, env, log.fileno())
+                    self._process = forkserver.server(preload_for(module), self.server_environment or None).start(
+                        module, args, env, log.fileno())
                     self.launched_by = "fork-server"
                 except forkserver.ForkServerError:
                     self._process = None  # spawned below, like any other command

@@ -171,7 +171,7 @@ class CaseRun:
         command, extra, offset = instance_setup(self.scenario.instances.get(label), self.command, self.clock_offset,
                                                 self.instance_commands)
         impl = Implementation(command, {**env, **extra}, self.on_barrier, self.logs[label], label=label,
-                              spawn_only=offset is not None)
+                              server_environment=skew.server_environment(extra) if offset is not None else {})
         self.started.append(impl)
         try:
             impl.start()

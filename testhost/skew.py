@@ -60,6 +60,13 @@ def environment(libfaketime: Path, offset: timedelta, inherited: dict[str, str])
             "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
+def server_environment(environment: dict[str, str]) -> dict[str, str]:
+    """Of a skewed start's environment, what the fork server must itself be started with: the preload and
+    libfaketime's settings, read when libfaketime loads (the forked child keeps them, and gets them again in its
+    own environment)."""
+    return {k: v for k, v in environment.items() if k == "LD_PRELOAD" or k.startswith("FAKETIME")}
+
+
 def _parse_clock(value) -> datetime | None:
     if not isinstance(value, str):
         return None

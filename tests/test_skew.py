@@ -156,8 +156,9 @@ def test_the_reference_racing_a_day_ahead_and_a_day_behind_reports_the_skewed_cl
         reported = datetime.fromisoformat(record["clock_utc"].replace("Z", "+00:00"))
         window = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in record["host_window_utc"]]
         assert window[0] + offset <= reported <= window[1] + offset
+    # forked, each from a fork server started under libfaketime with its own offset
     starts = {e["instance"]: e for e in outcome.timeline if e["event"] == "start"}
-    assert starts["A"]["launcher"] == starts["B"]["launcher"] == "spawn"  # a forked child gets no preload
+    assert starts["A"]["launcher"] == starts["B"]["launcher"] == "fork-server"
 
 
 def test_an_instance_command_and_environment_reach_that_process_only(world, tmp_path):
@@ -190,6 +191,25 @@ def test_an_instance_command_and_environment_reach_that_process_only(world, tmp_
     record = outcome.clock_skew["B"]
     assert record["in_effect"] == skew.UNVERIFIED and "no clock_utc" in record["why"]
     assert record["processes"] and all(p["maps_libfaketime"] and p["preloaded"] for p in record["processes"])
+
+
+def test_a_forked_skewed_start_is_preloaded_from_its_own_server_and_proc_shows_it(world, tmp_path):
+    """A `python -m MODULE` start with a skewed clock forks from a fork server started under libfaketime: without
+    clock_utc in the hello, the child's /proc (inherited from that server) shows the preload, mapped."""
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    command = f"{sys.executable} -m tests.adapters.environment_report --no-clock"
+    (catalog / "own.toml").write_text(f'[instances.A]\nclock_offset = "+2h"\ncommand = "{command}"\n' + STEPS)
+    scenario = load_catalog([catalog])[0]
+    outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path / "logs")
+    assert outcome.verdict == "pass", outcome.reason
+    start = next(e for e in outcome.timeline if e["event"] == "start")
+    assert start["launcher"] == "fork-server" and start["command"] == command
+    record = outcome.clock_skew["A"]
+    assert record["in_effect"] == skew.UNVERIFIED and record["offset"] == "+2h"
+    assert [p["preloaded"] and p["maps_libfaketime"] and p["faketime"] == "+7200" for p in record["processes"]] == [True]
+    said = json.loads(Path(outcome.logs["A"]).read_text().splitlines()[0])
+    assert said["environment"]["FAKETIME"] == "+7200"
 
 
 def test_impl_clock_offset_skews_every_process_and_the_certificate_states_it(tmp_path):
