@@ -88,6 +88,40 @@ PROCESS_RULES = (
     "restart appends to the same file), and each case in `report.json` names its logs.",
 )
 
+# Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/skew.py).
+CLOCK_RULES = (
+    "A certified implementation takes its cutoffs and leases from PostgreSQL only; its own OS clock may be wrong. "
+    "The host proves it by running copies of your command with their OS clock skewed: `crashproof certify "
+    "--impl-clock-offset DURATION` skews every copy (`+1d`, `-36h`, `90s`, `-1d2h`: days, hours, minutes, "
+    "seconds), and a scenario may skew one copy with `[instances.B] clock_offset = \"-1d\"` (the built-in "
+    "`*-skewed-*` scenarios do: they are part of the default certification). A scenario's own offset for a copy "
+    "replaces `--impl-clock-offset` for that copy.",
+    "A skewed copy runs with "
+    "`LD_PRELOAD` naming libfaketime (the one the world's PostgreSQL uses, `CRASHPROOF_LIBFAKETIME`), "
+    "`FAKETIME=\"+86400\"` (the offset in seconds, relative: the clock keeps ticking at real speed) and "
+    "`FAKETIME_DONT_FAKE_MONOTONIC=1` (the monotonic clock, which timeouts read, is left alone). A fork cannot add "
+    "a preload, so a `PYTHON -m MODULE` command is forked from a fork server of its own, started with those "
+    "variables (the child inherits libfaketime loaded and has them in its environment too); every other command "
+    "is spawned with them. libfaketime 0.9.10 "
+    "then fails `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)` (Python's `time.sleep`) with EINVAL, so the "
+    "host preloads a small fix before it that passes a sleep on a monotonic clock straight to the kernel "
+    "(`testhost/native/monotonic_sleep.c`, built once with the system's C compiler; where there is none, "
+    "`time.sleep` fails in a skewed process: wait on a condition, a socket or an event with a timeout instead).",
+    "The host must know the skew took effect. Put your process's own wall-clock reading in the `hello` "
+    "(`clock_utc`, RFC 3339 UTC, read right before you write the hello): the host takes its own clock right "
+    "before the start and when the hello arrives, and the skew is `in-effect` when your reading less the offset "
+    "falls between the two (1 s either side), `not-in-effect` when your reading itself falls there (your runtime "
+    "does not read time through libc: Go's reads it through the vDSO, so libfaketime does not skew a Go program, "
+    "cgo or not), `unverified` when the offset is too small to tell. Without `clock_utc` the host reads "
+    "`/proc/PID/environ` and `/proc/PID/maps` of every process of your group: `unverified` when each one "
+    "preloads and maps libfaketime, `not-in-effect` when one does not.",
+    "What the host does with the verdict: the case runs and is judged as usual, and `report.json` records for each "
+    "skewed instance the offset and the verdict with its evidence (`clock_skew`); the certificate counts the "
+    "skewed cases by verdict and names every case whose skew was not in effect. It never states a skew that "
+    "was not in effect: an implementation that cannot be skewed is certified without that claim, not failed "
+    "for it (the skew is the harness's instrument, not your code).",
+)
+
 OUTCOMES = {
     "ok": "the operation happened; `value` holds its result",
     "fail": "the operation definitely did not happen (nothing durable changed); `problem` or `error` says why",
@@ -131,7 +165,10 @@ MESSAGES = (
     Message("hello", "implementation → host", "first line the implementation writes, before reading anything",
             (Field("protocol", "integer", True, f"protocol version, {PROTOCOL_VERSION}"),
              Field("implementation", "string", True, "name and version, printed in the certificate"),
-             Field("operations", "array of strings", True, "the operations it implements; `process-due` is mandatory")),
+             Field("operations", "array of strings", True, "the operations it implements; `process-due` is mandatory"),
+             Field("clock_utc", "string (RFC 3339)", False, "your process's own wall-clock reading, for the host to "
+                   "see whether a skewed OS clock it asked for took effect (*Your own clock*); never used for a "
+                   "verdict on your protocol")),
             '{"type": "hello", "protocol": 1, "implementation": "acme-scheduler 2.3", "operations": ["process-due", "create"]}'),
     Message("request", "host → implementation", "run one operation; one request at a time, in order",
             (Field("id", "integer", True, "echoed in the response"), Field("op", "string", True, "the operation"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import (COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
+from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
                        PROTOCOL_VERSION, TIMEOUTS)
 from .schema import SCHEMA_RULES
 
@@ -168,6 +168,9 @@ def render() -> str:
         "## Processes",
         "",
         *[line for rule in PROCESS_RULES for line in (rule, "")],
+        "## Your own clock",
+        "",
+        *[line for rule in CLOCK_RULES for line in (rule, "")],
         "## Outcomes",
         "",
         *[f"- `{name}`: {meaning}" for name, meaning in OUTCOMES.items()],

@@ -92,11 +92,13 @@ MUTANTS: tuple[Mutant, ...] = (
         slice=("*/schedule-decision-before-commit/stall/*",)),
     Mutant(
         "processor-clock-cutoff", CUTOFF,
-        "The cutoff is the processor's own clock instead of PostgreSQL's transaction time.",
+        "The cutoff is the processor's own OS clock (Python's datetime.now) instead of PostgreSQL's transaction "
+        "time.",
         (Edit("processor.py",
               '        cutoff = state.fences["cutoff_utc"]\n',
               "        cutoff = datetime.now().astimezone()\n"),),
-        slice=("every-anchored",)),
+        # The skewed slice: processors whose OS clock is a day ahead or behind (the fault-free runs).
+        slice=("every-skewed-ahead", "race-skewed-clocks")),
     Mutant(
         "coalesced-range-moved", COALESCED_FORWARD,
         "Extending a pending coalesced occurrence moves its whole range forward (its first instant too) instead "

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, TextIO
 
 import barriers
@@ -159,8 +159,11 @@ class Adapter:
         return {"type": "response", "id": request_id, "outcome": "ok", "value": value}
 
     def run(self) -> int:
+        # clock_utc: this process's own wall clock, which the host compares with its own to see a skew it asked
+        # for took effect; the processor never reads it (cutoffs and leases come from PostgreSQL).
         self.send({"type": "hello", "protocol": PROTOCOL_VERSION, "implementation": "crashproof-reference",
-                   "operations": list(OPERATIONS)})
+                   "operations": list(OPERATIONS),
+                   "clock_utc": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")})
         for line in self.stdin:
             if not line.strip():
                 continue

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from . import ReportError
-from .report import Loaded, load, outcome
+from .report import Loaded, clock_skew, load, outcome
 
 CERTIFICATE_VERSION = 1
 FILENAME = "certificate.json"
@@ -27,8 +27,11 @@ def statement(loaded: Loaded) -> dict:
     return {"certificate_version": CERTIFICATE_VERSION, "certified": certified, "verdict": verdict,
             "suite_version": report.get("suite_version"),
             "implementation": {k: impl.get(k) for k in ("identity", "command", "launcher", "migrations",
-                                                         "migrations_sha256", "fallbacks", "fallback_note")
+                                                         "migrations_sha256", "fallbacks", "fallback_note",
+                                                         "clock_offset")
                                if k in impl},
+            # only where a case ran skewed, so a certificate of a run without skew reads as before
+            **({"clock_skew": skew} if (skew := clock_skew(report.get("cases", [])))["cases"] else {}),
             "environment": report.get("environment"), "summary": report.get("summary"),
             "run_date": run.get("started_at"), "duration_s": run.get("duration_s"),
             "selection": run.get("selection"), "report": "report.json",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import ReportError
 from .matrix import BAD, not_compared
-from .report import Loaded, build, fallbacks
+from .report import Loaded, build, clock_skew, fallbacks
 
 
 @dataclass
@@ -102,6 +102,8 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
                                                 r.get("implementation", {}).get("identity")))
     _same(loaded, "migrations (the schema certified)",
           lambda r: r.get("implementation", {}).get("migrations_sha256"))
+    _same(loaded, "implementation clock offsets (--impl-clock-offset)",
+          lambda r: r.get("implementation", {}).get("clock_offset"))
     shards = _shards(loaded)
     if shards:
         _same(loaded, "plans (the shards planned different matrices, so their union may miss a case)",
@@ -123,6 +125,8 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
     barriers = sorted({b for item in loaded for b in item.report.get("implementation", {}).get("fallback_barriers")
                        or []})
     implementation.update(fallbacks(cases, barriers))
+    if "clock_skew" in implementation:
+        implementation["clock_skew"] = clock_skew(cases)
     launchers = {p.strip() for item in loaded for p in
                  str(item.report.get("implementation", {}).get("launcher") or "").split(",") if p.strip()}
     if launchers:

@@ -8,7 +8,7 @@ from html import escape
 from importlib import resources
 
 from . import matrix, timeline
-from .report import Loaded, outcome
+from .report import Loaded, clock_skew, outcome
 
 # Nothing may leave the page: no fetch, no image, no font, no frame (the page opens from disk, offline).
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -62,6 +62,10 @@ def _header(report: dict) -> str:
              ("launcher", escape(str(impl.get("launcher", "?"))))]
     if impl.get("fallback_note"):
         facts.append(("fallbacks", escape(impl["fallback_note"])))
+    skew = clock_skew(report.get("cases", []))
+    if skew["cases"]:
+        facts.append(("OS clock skew", escape(skew["note"]) + "".join(
+            f"<br>not in effect: <code>{escape(case_id)}</code>" for case_id in skew["not_in_effect_cases"][:20])))
     facts += [("suite version", f"<code>{escape(str(report.get('suite_version', '?')))}</code>"),
               ("date", escape(str(run.get("started_at", "?")))),
               ("duration", f"{escape(str(run.get('duration_s', '?')))} s"),
@@ -149,8 +153,16 @@ def _failures(report: dict) -> str:
                      f"<h3><span class='badge v-{escape(str(case.get('verdict')))}'>{escape(str(case.get('verdict')))}"
                      f"</span> <a href='#{escape(matrix.anchor(case_id))}' data-case='{escape(case_id)}'>"
                      f"<code>{escape(case_id)}</code></a></h3><p>{escape(str(case.get('reason', '')))}</p>"
-                     f"{''.join(checks)}</section>")
+                     f"{_skew_line(case)}{''.join(checks)}</section>")
     return "".join(parts)
+
+
+def _skew_line(case: dict) -> str:
+    """The OS clock skew each instance of the case ran with, as verified."""
+    skews = case.get("clock_skew") or {}
+    return ("<p>OS clock skew: " + ", ".join(f"{escape(label)} {escape(str(r.get('offset')))} "
+                                            f"({escape(str(r.get('in_effect')))})" for label, r in skews.items())
+            + "</p>") if skews else ""
 
 
 class _Strings:

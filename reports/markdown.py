@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import matrix
-from .report import Loaded, outcome
+from .report import Loaded, clock_skew, outcome
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
 
@@ -33,6 +33,12 @@ class Markdown:
                  f"`{_cell(impl.get('identity') or '?')}` (`{_cell(impl.get('command', '?'))}`), suite "
                  f"`{report.get('suite_version', '?')}`, {len(cases)} cases in {run.get('duration_s', '?')} s, "
                  f"started {run.get('started_at', '?')}", ""]
+        skew = clock_skew(cases)
+        if skew["cases"]:
+            lines += [f"OS clock skew: {_cell(skew['note'])}"
+                      + (f" (not in effect: {', '.join(f'`{i}`' for i in skew['not_in_effect_cases'][:10])}"
+                         f"{' …' if len(skew['not_in_effect_cases']) > 10 else ''})" if skew["not_in_effect_cases"]
+                         else ""), ""]
         for problem in run.get("problems") or []:
             lines.append(f"- run problem: {_cell(problem)}")
         if matrix.uncompared_sentence(cases):

@@ -45,6 +45,33 @@ def fallbacks(cases: list[dict], fallback_barriers: list[str]) -> dict:
             "fallback_note": fallback_note(fallback_cases, fallback_barriers)}
 
 
+SKEW_VERDICTS = ("in-effect", "unverified", "not-in-effect")  # testhost/skew.py, best first
+
+
+def clock_skew(cases: list[dict]) -> dict:
+    """What the cases say of the implementation's skewed OS clock: each skewed case counted by the least
+    verified of its instances, and the sentence the certificate states (never a skew that was not in effect)."""
+    verdicts: dict[str, list[str]] = {v: [] for v in SKEW_VERDICTS}
+    offsets = set()
+    for case in cases:
+        records = (case.get("clock_skew") or {}).values()
+        if not records:
+            continue
+        offsets.update(r.get("offset") for r in records)
+        verdicts[max((r.get("in_effect", "unverified") for r in records), key=SKEW_VERDICTS.index)].append(
+            str(case["id"]))
+    counted = sum(map(len, verdicts.values()))
+    note = ""
+    if counted:
+        note = (f"the implementation's OS clock was skewed ({', '.join(sorted(offsets))}) in {counted} cases: "
+                f"the skew was in effect in {len(verdicts['in-effect'])} (its hello reported the skewed clock), "
+                f"unverified in {len(verdicts['unverified'])}, not in effect in {len(verdicts['not-in-effect'])}; "
+                "a case whose skew was not in effect ran with the OS clock as it was")
+    return {"cases": counted, "offsets": sorted(offsets), "in_effect": len(verdicts["in-effect"]),
+            "unverified_cases": sorted(verdicts["unverified"]), "not_in_effect_cases": sorted(verdicts["not-in-effect"]),
+            "note": note}
+
+
 def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version, "implementation": implementation,
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}

@@ -36,6 +36,8 @@ def label(event: dict) -> str:
         return f"clock moves {float(event.get('shift_s', 0)):+g}s"
     if kind == "start":
         return f"start pid {event.get('pid', '?')} ({event.get('launcher', '?')})"
+    if kind == "clock-skew":
+        return f"OS clock {event.get('offset', '?')}: {event.get('in_effect', '?')}"
     rest = {k: v for k, v in event.items() if k not in _SHOWN_ELSEWHERE}
     return kind + (f" {_compact(rest)}" if rest else "")
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import tomllib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .errors import ScenarioError, StepError
-from .steps import SCENARIO_FIELDS, Context, check_expectation, check_step, check_table, spec_to_wire, step_lines
+from .instances import Instance, parse_instances
+from .steps import SCENARIO, SCENARIO_FIELDS, Context, check_expectation, check_step, check_table, spec_to_wire, step_lines
 from .times import T0, relative
 
 __all__ = ["T0", "Scenario", "ScenarioError", "Step", "load_catalog", "parse", "relative", "spec_to_wire"]
@@ -53,6 +54,7 @@ class Scenario:
     bridge_clock_shift_s: float | None = None
     source: str = ""
     origin: str = ""  # the file it was read from
+    instances: dict[str, Instance] = field(default_factory=dict)  # [instances.LABEL]: scenarios/instances.py
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -73,7 +75,7 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
     if not data.get("steps"):
         raise ScenarioError(f"{label}: no steps")
     try:
-        check_table("the scenario", SCENARIO_FIELDS, data)
+        check_table(SCENARIO, SCENARIO_FIELDS, data)
     except StepError as exc:
         raise ScenarioError(f"{label}: {exc}") from None
     lines = step_lines(text)
@@ -105,7 +107,7 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)),
                     bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
-                    origin=origin or "")
+                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin))
 
 
 def _load_folder(folder) -> list[Scenario]:

@@ -900,9 +900,15 @@ SCENARIO_FIELDS = (
     Field("bridge_clock_shift_s", (int, float), "move the server clock by this many seconds inside a bridge "
           "transaction (the host holds the dispatch row after a committed decision until the bridge waits for it), "
           "to show that Work samples its own clock"),
+    Field("instances", (dict,), "per copy of the implementation (`[instances.A]`, `B`, `takeover`): `clock_offset` "
+          "(its OS clock skewed, e.g. \"-1d2h\"), `command` (another program for that copy) and `environment` "
+          "(variables for it); see barriers/PROTOCOL.md, \"Your own clock\""),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )
+
+
+SCENARIO = "the scenario"
 
 
 def check_table(what: str, fields: tuple[Field, ...], table: Any) -> None:
@@ -916,12 +922,13 @@ def check_table(what: str, fields: tuple[Field, ...], table: Any) -> None:
     missing = sorted(f.name for f in fields if f.required and f.name not in table)
     if missing:
         raise StepError(f"{what} needs {', '.join(missing)}")
+    prefix = "" if what == SCENARIO else f"{what}."
     for name, value in table.items():
         spec = known[name]
         if not spec.accepts(value):
-            raise StepError(f"{what}.{name} has the wrong type ({type(value).__name__}; it takes {spec.type_name})")
+            raise StepError(f"{prefix}{name} has the wrong type ({type(value).__name__}; it takes {spec.type_name})")
         if spec.choices and value not in spec.choices:
-            raise StepError(f"{what}.{name} must be one of {', '.join(map(str, spec.choices))}, not {value!r}")
+            raise StepError(f"{prefix}{name} must be one of {', '.join(map(str, spec.choices))}, not {value!r}")
 
 
 def check_expectation(name: str, want: Any) -> None:

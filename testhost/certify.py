@@ -23,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -32,6 +32,7 @@ from barriers import CATALOG, required_of
 from reports import report as reports
 from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import expand, matches, patterns, select
+from scenarios.instances import format_offset
 from scenarios.model import Scenario, load_catalog
 
 from . import implementation, shard
@@ -85,9 +86,11 @@ def _worker_init(mode: dict) -> None:
 
 
 def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
-                migrations: str | None = None) -> dict:
+                migrations: str | None = None, clock_offset_s: int | None = None,
+                instance_commands: bool = True) -> dict:
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
-                       Path(migrations) if migrations else None)
+                       Path(migrations) if migrations else None,
+                       timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands)
     return {"case": outcome.to_json(), "baseline": outcome.baseline, "implementation": outcome.implementation}
 
 
@@ -97,8 +100,14 @@ def _worker_schema_stage(migrations: str) -> dict:
 
 
 def _case_worker(options: "Options"):
-    """The worker running one case, on the implementation's own schema when it ships one."""
-    return partial(_worker_run, migrations=str(options.migrations)) if options.migrations else _worker_run
+    """The worker running one case, on the implementation's own schema when it ships one, with the OS clock skew
+    of --impl-clock-offset; the reference's census beside another --impl runs no instance's own command."""
+    if options.migrations is None and options.impl_clock_offset is None and options.instance_commands:
+        return _worker_run
+    offset = options.impl_clock_offset
+    return partial(_worker_run, migrations=str(options.migrations) if options.migrations else None,
+                   clock_offset_s=int(offset.total_seconds()) if offset is not None else None,
+                   instance_commands=options.instance_commands)
 
 
 def _worker_environment() -> dict:
@@ -133,6 +142,8 @@ class Options:
     launcher: str = "fork-server"
     migrations: Path | None = None  # the implementation's own schema; None: the reference's
     shard: tuple[int, int] | None = None  # (I, N): run only the I-th of N slices (testhost/shard.py)
+    impl_clock_offset: timedelta | None = None  # every implementation process's OS clock skewed by this much
+    instance_commands: bool = True  # a scenario's [instances.X] command replaces `command` for that instance
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -426,7 +437,7 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
     return scenarios, wanted
 
 
-def preflight(options: Options) -> None:
+def preflight(options: Options, scenarios: list[Scenario] = ()) -> None:
     """What would fail a run late, checked before any world starts: one line each (TestHostError)."""
     folder = options.report_dir
     try:
@@ -452,6 +463,30 @@ def preflight(options: Options) -> None:
                                 "its interpreter)")
     elif shutil.which(program) is None:
         raise TestHostError(f"--impl program {program!r} is not on PATH")
+    check_instances(options, scenarios)
+
+
+def check_instances(options: Options, scenarios: list[Scenario]) -> None:
+    """Each scenario instance's own command can start, and libfaketime exists where a clock is skewed."""
+    skewed = options.impl_clock_offset is not None
+    for scenario in scenarios:
+        for instance in scenario.instances.values():
+            skewed = skewed or instance.clock_offset is not None
+            if instance.command is None:
+                continue
+            program = shlex.split(instance.command)[0]
+            where = f"{scenario.origin or scenario.name}: instances.{instance.label}.command"
+            if "/" in program and not (os.path.isfile(program) and os.access(program, os.X_OK)):
+                raise TestHostError(f"{where}: program {program} does not exist or is not executable")
+            if "/" not in program and shutil.which(program) is None:
+                raise TestHostError(f"{where}: program {program!r} is not on PATH")
+    if skewed:
+        from .components import find_libfaketime
+        from .errors import ComponentMissing
+        try:
+            find_libfaketime()
+        except ComponentMissing as exc:
+            raise TestHostError(f"a skewed implementation clock needs libfaketime: {exc}") from None
 
 
 def _pool_factory(options: Options):
@@ -513,7 +548,7 @@ def census(options: Options, failed: list[dict] | None = None):
     checks as certify's; each fault-free case that did not pass goes to `failed`."""
     scenarios, _ = _validate(options)
     with tempfile.TemporaryDirectory(prefix="crashproof-census-logs-") as log_dir:
-        preflight(dataclasses.replace(options, report_dir=Path(log_dir)))  # its logs go there, not to a report
+        preflight(dataclasses.replace(options, report_dir=Path(log_dir)), scenarios)  # its logs go there
         _check_world_options(options)
         pool = Pool(_pool_factory(options))
         try:
@@ -578,7 +613,7 @@ def certify(options: Options) -> tuple[int, dict]:
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat()
     scenarios, wanted = _validate(options)
-    preflight(options)
+    preflight(options, scenarios)
     remove_outputs(options.report_dir)  # an earlier run's report (and CERTIFIED certificate) must not outlive this one
     _check_world_options(options)
     migrations_sha256 = None
@@ -615,7 +650,7 @@ def certify(options: Options) -> tuple[int, dict]:
                                                                   results=census_results, signals=signals)
             if options.command != REFERENCE_COMMAND:
                 reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "fail_fast": False,
-                                       "migrations": None})
+                                       "migrations": None, "instance_commands": False})
                 _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals)
                 for result in census_results:
                     _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
@@ -701,6 +736,8 @@ def certify(options: Options) -> tuple[int, dict]:
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
                         "migrations_sha256": migrations_sha256,
                         "identity": identity, "launcher": launched,
+                        "clock_offset": format_offset(options.impl_clock_offset) if options.impl_clock_offset else None,
+                        "clock_skew": reports.clock_skew(cases),
                         "operations": sorted(offered or []), **reports.fallbacks(cases, fallback_barriers)},
         environment=environment, run=run, cases=cases)
     report["partial"] = stopped is not None
@@ -721,6 +758,11 @@ def certify(options: Options) -> tuple[int, dict]:
           f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
     for problem in run_problems:
         print(f"run problem: {problem}")
+    skew = report["implementation"]["clock_skew"]
+    if skew["not_in_effect_cases"]:
+        print(f"clock skew not in effect in {len(skew['not_in_effect_cases'])} of {skew['cases']} skewed cases (the "
+              f"implementation's clock ignored libfaketime; the certificate says so), e.g. "
+              f"{skew['not_in_effect_cases'][0]}")
     for case in cases:
         if case["verdict"] not in ("pass", "not-run") or (case["verdict"] == "not-run" and stopped is None):
             print(f"  {case['verdict']:7} {case['id']}: {case['reason']}")

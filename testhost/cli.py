@@ -56,6 +56,17 @@ def _world_options(args) -> dict:
             "migrations": Path(args.migrations) if args.migrations else None}
 
 
+def _clock_offset(value: str | None):
+    """--impl-clock-offset DURATION, or a one-line usage error."""
+    if value is None:
+        return None
+    from scenarios.instances import DurationError, parse_duration
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise TestHostError(f"--impl-clock-offset: {exc}") from None
+
+
 def _require_engine(args) -> None:
     if args.docker:
         from .docker_world import require_engine
@@ -76,7 +87,7 @@ def cmd_certify(args) -> int:
     _require_engine(args)
     options = Options(command=args.impl or Options.command, report_dir=Path(args.report_dir), jobs=jobs,
                       repeat=args.repeat, seed=args.seed, shard=parse_shard(args.shard) if args.shard else None,
-                      **worlds, **selection)
+                      impl_clock_offset=_clock_offset(args.impl_clock_offset), **worlds, **selection)
     try:
         code, _ = certify(options)
     except ValueError as exc:
@@ -125,6 +136,8 @@ def cmd_scenarios(args) -> int:
         for s in scenarios:
             print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
             print(f"{'':32} {s.description}")
+            for label, instance in s.instances.items():
+                print(f"{'':32} instance {label}: {instance.to_json()}")
         return 0
     from .certify import Options, census
     worlds = _world_options(args)
@@ -271,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--seed", type=int, default=0, help="seed for the case order")
     certify.add_argument("--shard", metavar="I/N", help="run only the I-th of N deterministic slices of the planned "
                          "cases (one per CI machine); `crashproof report merge` joins the N reports")
+    certify.add_argument("--impl-clock-offset", metavar="DURATION", help="run every implementation process with "
+                         "its OS clock skewed by DURATION through libfaketime (+1d, -36h, 90s, -1d2h); the report "
+                         "and certificate state whether the skew took effect (PROTOCOL.md, \"Your own clock\")")
     _world_arguments(certify)
     certify.set_defaults(run=cmd_certify)
 

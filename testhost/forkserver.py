@@ -179,7 +179,8 @@ class ForkedProcess:
 class ForkServer:
     """One server per TestHost process and preload list, started on first use."""
 
-    def __init__(self, preload: tuple[str, ...], *, ready_timeout: float = 60.0, answer_timeout: float = 10.0):
+    def __init__(self, preload: tuple[str, ...], *, ready_timeout: float = 60.0, answer_timeout: float = 10.0,
+                 environment: dict[str, str] | None = None):
         self.preload = preload
         self.answer_timeout = answer_timeout
         self._lock = threading.Lock()
@@ -193,7 +194,7 @@ class ForkServer:
         self._process = subprocess.Popen(
             [sys.executable, "-m", "testhost.forkserver", str(theirs.fileno()), *preload],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=os.getcwd(),
-            start_new_session=True)
+            start_new_session=True, env={**os.environ, **environment} if environment else None)
         theirs.close()
         self._control = ours
         self.alive = True
@@ -296,13 +297,17 @@ def module_command(argv: list[str]) -> tuple[str, list[str]] | None:
     return (argv[2], argv[3:]) if same else None
 
 
-def server(preload: tuple[str, ...]) -> ForkServer:
-    """This process's fork server for `preload` (one per process: a pool worker never shares its parent's)."""
-    key = (os.getpid(), preload)
+def server(preload: tuple[str, ...], environment: dict[str, str] | None = None) -> ForkServer:
+    """This process's fork server for `preload` (one per process: a pool worker never shares its parent's).
+
+    `environment` is what the server itself must be started with because a fork cannot add it later: a
+    skewed clock's LD_PRELOAD and FAKETIME (testhost/skew.py). Each such environment has a server of its own,
+    whose children inherit libfaketime already loaded."""
+    key = (os.getpid(), preload, tuple(sorted((environment or {}).items())))
     with _servers_lock:
         found = _servers.get(key)
         if found is None or not found.alive:
-            found = _servers[key] = ForkServer(preload)
+            found = _servers[key] = ForkServer(preload, environment=environment)
         return found
 
 

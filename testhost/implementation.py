@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -129,6 +130,11 @@ class Implementation:
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _next_id: int = 1
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What the fork server itself must start with (a skewed clock's LD_PRELOAD and FAKETIME): a fork cannot add a
+    # preload, so such a start forks from a server of its own that has it (testhost/forkserver.py).
+    server_environment: dict[str, str] = field(default_factory=dict)
+    started_utc: datetime | None = None  # the host's clock right before the start, and when the hello came
+    hello_utc: datetime | None = None
     killed_by_host: bool = False  # the host ended it (a kill fault or a clean-up), so its death is no finding
     broken: bool = False  # it broke the protocol: no polite shutdown, the group is killed at once
     _output_ended: bool = False
@@ -140,11 +146,13 @@ class Implementation:
         log = open(self.log_path, "ab")
         argv = shlex.split(self.command)
         env = {**os.environ, **self.environment, "CRASHPROOF_BARRIERS": "stdio"}
+        self.started_utc = datetime.now(timezone.utc)
         try:
             if launcher_for(self.command) == "fork-server":
                 try:
                     module, args = forkserver.module_command(argv)
-                    self._process = forkserver.server(preload_for(module)).start(module, args, env, log.fileno())
+                    self._process = forkserver.server(preload_for(module), self.server_environment or None).start(
+                        module, args, env, log.fileno())
                     self.launched_by = "fork-server"
                 except forkserver.ForkServerError:
                     self._process = None  # spawned below, like any other command
@@ -180,6 +188,7 @@ class Implementation:
         if missing:
             raise AdapterProtocolError(f"hello lacks the mandatory operation(s) {sorted(missing)}")
         self.hello = hello
+        self.hello_utc = datetime.now(timezone.utc)
 
     def death_reason(self, when: str = "") -> str:
         """`the implementation exited with status N` (or the signal that ended it), with its last stderr lines."""

@@ -29,6 +29,25 @@ def pytest_addoption(parser):
     group.addoption("--crashproof-scenario", help="only scenarios matching this glob")
     group.addoption("--crashproof-barrier", help="only this barrier")
     group.addoption("--crashproof-fault", help="only this fault")
+    group.addoption("--crashproof-impl-clock-offset", metavar="DURATION", help="every implementation process's OS "
+                    "clock skewed by DURATION (+1d, -36h, 90s), as certify --impl-clock-offset")
+
+
+def _clock_offset(config):
+    """--crashproof-impl-clock-offset as a timedelta (None when not given); a bad duration is a usage error."""
+    value = config.getoption("crashproof_impl_clock_offset")
+    if value is None:
+        return None
+    from scenarios.instances import DurationError, parse_duration
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise pytest.UsageError(f"--crashproof-impl-clock-offset: {exc}") from None
+
+
+def pytest_configure(config):
+    if config.getoption("crashproof", False):
+        _clock_offset(config)  # refused before the census starts a world
 
 
 def _item_name(plan: CasePlan) -> str:
@@ -158,7 +177,7 @@ class _Session:
         if plan.fault is not None and plan.scenario not in self.baselines:
             self.run(CasePlan(plan.scenario))
         outcome = run_case(self.world, self.scenarios[plan.scenario], plan, command, self.log_dir,
-                           self.baselines.get(plan.scenario))
+                           self.baselines.get(plan.scenario), clock_offset=_clock_offset(self.config))
         if plan.fault is None and outcome.baseline is not None:
             self.baselines[plan.scenario] = outcome.baseline
         return outcome

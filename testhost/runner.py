@@ -20,6 +20,7 @@ from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import STEPS, during_step
 
+from . import skew
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
@@ -28,7 +29,9 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      universal, work_own_clock)
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
+from .components import find_libfaketime
 from .identity import expected_work, instant_text
+from .instances import instance_setup
 from .implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
 from .model import picture as model_picture
 from .state import read_state
@@ -104,6 +107,7 @@ class CaseOutcome:
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
     logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
+    clock_skew: dict[str, dict] = field(default_factory=dict)  # instance -> its OS clock's skew, as verified
     measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
 
     @property
@@ -121,6 +125,8 @@ class CaseOutcome:
             found["measurements"] = self.measurements
         if self.verdict == "error":
             found["cause"] = self.cause or "harness"
+        if self.clock_skew:
+            found["clock_skew"] = self.clock_skew
         return found
 
 
@@ -128,8 +134,11 @@ class CaseRun:
     """Everything one case needs while it runs; faults call back into it (advance, drain, start)."""
 
     def __init__(self, world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
-                 migrations: Path | None = None):
+                 migrations: Path | None = None, clock_offset: timedelta | None = None, instance_commands: bool = True):
         self.world, self.scenario, self.plan, self.command = world, scenario, plan, command
+        self.clock_offset = clock_offset  # --impl-clock-offset: every instance's OS clock, unless it sets its own
+        self.instance_commands = instance_commands  # False in the reference's census beside another --impl
+        self.clock_skew: dict[str, dict] = {}  # instance -> how its skew was verified (testhost/skew.py)
         self.migrations = migrations
         self.log_dir = log_dir
         self.store: Store | None = None
@@ -195,13 +204,21 @@ class CaseRun:
             raise ImplementationDied(f"started {len(self.started)} times in this case, the implementation ended "
                                      f"each time; the last: {last.death_reason()}")
         self.logs[label] = self.log_dir / self.plan.id / f"{label}.stderr"
-        impl = Implementation(self.command, env, self.on_barrier, self.logs[label], label=label)
+        command, extra, offset = instance_setup(self.scenario.instances.get(label), self.command, self.clock_offset,
+                                                self.instance_commands)
+        impl = Implementation(command, {**env, **extra}, self.on_barrier, self.logs[label], label=label,
+                              server_environment=skew.server_environment(extra) if offset is not None else {})
         self.started.append(impl)
         try:
             impl.start()
         finally:  # a start that failed is on the timeline too, with the pid of what was started
             self.note("start", instance=label, pid=impl.pid, launcher=impl.launched_by,
-                      **({} if impl.hello else {"failed": True}))
+                      **({} if impl.hello else {"failed": True}), **({"command": command} if command != self.command
+                                                                       else {}))
+        if offset is not None:
+            self.clock_skew[label] = skew.worst(self.clock_skew.get(label), skew.verify(
+                offset, impl.hello, impl.started_utc, impl.hello_utc, impl.pid, find_libfaketime()))
+            self.note("clock-skew", instance=label, **self.clock_skew[label])
         return impl
 
     def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
@@ -939,6 +956,7 @@ class CaseRun:
             outcome.fallbacks = sorted(self.fallbacks)
             outcome.duration_s = time.monotonic() - self._started
             outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
+            outcome.clock_skew = dict(self.clock_skew)
         return outcome
 
     def _count_and_clock_checks(self, state) -> list[CheckResult]:
@@ -1005,5 +1023,7 @@ def protocol_json(value: Any) -> Any:
 
 
 def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
-             baseline: dict | None = None, migrations: Path | None = None) -> CaseOutcome:
-    return CaseRun(world, scenario, plan, command, log_dir, migrations).execute(baseline)
+             baseline: dict | None = None, migrations: Path | None = None, clock_offset: timedelta | None = None,
+             instance_commands: bool = True) -> CaseOutcome:
+    return CaseRun(world, scenario, plan, command, log_dir, migrations, clock_offset,
+                   instance_commands).execute(baseline)

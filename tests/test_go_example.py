@@ -50,3 +50,16 @@ def test_the_go_example_certifies_every_processor_barrier_under_every_fault(go_e
     # its counts carry the registry's names, so the host held them to the committed facts in every case
     counted = [next(ch for ch in c["checks"] if ch["name"] == "process-counts") for c in report["cases"]]
     assert all(ch["ok"] and ch["rows"] >= 1 for ch in counted)
+
+
+def test_a_skewed_go_example_is_marked_not_in_effect_and_never_claimed(go_example, tmp_path):
+    """Go reads its clock through the vDSO, not libc: libfaketime cannot skew it. Its hello's clock_utc shows that,
+    the case is judged as usual, and the certificate lists it as not in effect (docs/protocol-notes.md, 25c)."""
+    code, report = certify(Options(command=go_example, scenario="race-skewed-clocks", cases=["race-skewed-clocks"],
+                                   jobs=1, report_dir=tmp_path, progress=lambda line: None))
+    assert code == 0, [(c["id"], c["reason"]) for c in report["cases"] if c["verdict"] != "pass"]
+    skews = report["cases"][0]["clock_skew"]
+    assert {r["in_effect"] for r in skews.values()} == {"not-in-effect"} and set(skews) == {"A", "B"}
+    certificate = json.loads((tmp_path / "certificate.json").read_text())
+    assert certificate["clock_skew"]["not_in_effect_cases"] == ["race-skewed-clocks"]
+    assert certificate["clock_skew"]["in_effect"] == 0

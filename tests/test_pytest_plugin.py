@@ -57,3 +57,9 @@ def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
     assert again.returncode == 1 and "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]
     for kept in re.findall(r"crashproof: the cases' logs are kept in (\S+)", again.stdout):
         shutil.rmtree(kept)
+
+
+def test_a_bad_clock_offset_is_a_usage_error_before_any_world(tmp_path):
+    done = _pytest(tmp_path, *SLICE, "--crashproof-impl-clock-offset", "soon", "-q")
+    assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage error
+    assert "--crashproof-impl-clock-offset: 'soon' is not a duration" in done.stderr

@@ -119,8 +119,12 @@ func main() {
 	defer p.runtime.close()
 	defer p.dispatcher.close()
 
+	// clock_utc: this process's own wall clock, for the host to see whether a skew it asked for took effect
+	// (Go reads the clock through the vDSO, not libc, so libfaketime does not reach it; PROTOCOL.md says what
+	// the host does then). The processor never reads it: its cutoffs and leases come from PostgreSQL.
 	ch.send(map[string]any{"type": "hello", "protocol": 1, "implementation": implementationName,
-		"operations": []string{"process-due"}})
+		"operations": []string{"process-due"},
+		"clock_utc": time.Now().UTC().Format(time.RFC3339Nano)})
 	for {
 		message, err := ch.readMessage()
 		if err == io.EOF {
