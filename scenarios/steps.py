@@ -878,7 +878,8 @@ EXPECTATION_FIELDS = (
     Field("works", (int,), "how many occurrences are linked to an accepted Work"),
     Field("dropped", (list,), "the due instants an update or delete left undecided, as its history records them "
           "(tables with the fields below)"),
-    Field("cursor", (str,), "where the cursor stands exactly (scenario time)"),
+    Field("cursor", (str,), "where the cursor stands exactly (scenario time); the fault-free run only, since a "
+          "fault's recovery moves the clock and so the cutoff"),
 )
 DEFINITION_FIELDS = (
     Field("kind", (str,), "the schedule kind", required=True, choices=("at", "after", "every")),

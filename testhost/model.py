@@ -162,7 +162,10 @@ class Model:
 
     def work(self, name: str, nth: int, state: str) -> None:
         started = [o for o in self.schedules[name].occurrences if o.state == "materialized"]
-        target = started[nth - 1] if nth > 0 else started[nth]
+        index = nth - 1 if nth > 0 else nth
+        if not -len(started) <= index < len(started):
+            return  # no such Work in this timeline (a branch where a fault left its pass undecided): nothing moves
+        target = started[index]
         if target.work not in TERMINAL:
             target.work = state
 

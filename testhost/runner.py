@@ -163,6 +163,7 @@ class CaseRun:
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
+        self.late_check: CheckResult | None = None
         self.drained_at: datetime | None = None
         self._partitioned_month: tuple[int, int] | None = None  # its partition and the next one exist
         self.planted: set = set()
@@ -171,6 +172,9 @@ class CaseRun:
         self.answers: list[dict] = []
         self._asking: dict[str, dict] = {}
         self._freeze_next = False  # a set-clock step froze the clock for the step after it
+        self.frozen_instants: set[datetime] = set()  # where the server clock stood still in this case
+        self.recovered = False  # the fault's recovery has run
+        self.after_recovery: list = []  # what waits for the recovery (a step beside a pass a fault interrupted)
         self._beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
         self.beside_outcomes: list[dict] = []
         self.snapshots: dict[str, tuple] = {}  # name -> (store snapshot, model)
@@ -300,6 +304,8 @@ class CaseRun:
 
     def advance(self, delta: timedelta) -> None:
         self.world.clock.shift(delta)
+        if self.world.clock.frozen:
+            self.frozen_instants.add(self.world.clock.now())
         self.ensure_partitions()
         self.note("clock", shift_s=delta.total_seconds())
 
@@ -521,7 +527,7 @@ class CaseRun:
         finally:
             if frozen:  # it stood still for this step alone, and runs on from where it stands
                 self.world.clock.unfreeze()
-                self.note("clock", unfrozen_at=instant_text(self.world.clock.now()))
+                self.note("clock-set", unfrozen_at=instant_text(self.world.clock.now()))
 
     @property
     def scope(self) -> str:
@@ -531,11 +537,12 @@ class CaseRun:
         """The server clock at `when`; frozen there for the next step when asked (the step after this one)."""
         if freeze:
             self.world.clock.freeze(when)
+            self.frozen_instants.add(when)
             self._freeze_next = True
         else:
             self.world.clock.set_time(when)
         self.ensure_partitions()
-        self.note("clock", set_to=instant_text(when), frozen=freeze)
+        self.note("clock-set", set_to=instant_text(when), frozen=freeze)
 
     def run_pass(self, step: Step, labels: list[str], request: dict) -> None:
         """A process-due request to each labelled copy (at once when several), with the model's pass; a pass
@@ -546,8 +553,6 @@ class CaseRun:
         cutoff = self.world.clock.now()
         model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
         beside = during_step(step)
-        if beside is not None:
-            self._beside = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0, "outcome": None}
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
                 before = self._dispatch_rows()
@@ -560,8 +565,12 @@ class CaseRun:
                 if step.expected_outcome == "ok":
                     self.model.pass_(cutoff, request["maximum_schedules"])
             else:
-                if beside is None:  # the model first: a fault's recovery inside this step drains on top of it
-                    self.model.pass_(cutoff, model_limit)
+                if beside is not None:  # the model as it stood before the pass, should the step beside it come first
+                    self._beside = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0,
+                                    "outcome": None, "model_before": copy.deepcopy(self.model), "cutoff": cutoff,
+                                    "limit": model_limit}
+                # The model first: a fault inside the pass branches it there, and its recovery drains on top.
+                self.model.pass_(cutoff, model_limit)
                 if len(labels) == 1:
                     self._respond(self.impls[labels[0]], "process-due", request)
                 else:
@@ -575,25 +584,35 @@ class CaseRun:
                         thread.join()
                     self.concurrent = False
                 if beside is not None:
-                    self._after_beside(cutoff, model_limit)
+                    self.judge_late_writes()  # before the step beside runs again: its writes are no late writes
+                    self._after_beside()
         finally:
             self._beside = None
 
-    def _after_beside(self, cutoff: datetime, model_limit: int) -> None:
-        """The model in the order the held pass and the step beside it took: a step that committed while the
-        pass was held came first (the pass had to see it: a fence, or a lock it waited for); one that waited for
-        the pass's locks, or never met its barrier (a fault came first), runs now, after the pass."""
+    def judge_late_writes(self) -> None:
+        """Once a paused or stalled processor has finished its step: did it write anything for the schedule the
+        takeover processed after its snapshot (judged once, at the first chance)?"""
+        if self.late_probe is not None and self.late_check is None:
+            context, before = self.late_probe
+            self.late_check = late_writes(before, self.schedule_rows(context["schedule_id"]), context)
+
+    def _after_beside(self) -> None:
+        """A step beside a held barrier that waited for the pass's locks, or never met its barrier (a fault came
+        first), runs now, after the pass, as in the model."""
         beside = self._beside
-        if beside["outcome"] != "committed":
-            self.model.pass_(cutoff, model_limit)
-            self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"],
-                      outcome=beside["outcome"] or "barrier-not-reached", then="runs after the pass")
+        outcome = beside["outcome"] or "barrier-not-reached"
+        if outcome != "committed" and self.injection is not None and not self.recovered:
+            # A fault interrupted this pass: the step waits for the recovery too, so the recovery finishes what the
+            # pass committed (a decided occurrence's bridge) before the step can fence it, as the model has it.
+            self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
+                      then="runs after the recovery")
+            self.after_recovery.append(lambda: STEPS[beside["step"].op].run(self, beside["step"]))
+        elif outcome != "committed":
+            self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
+                      then="runs after the pass")
             STEPS[beside["step"].op].run(self, beside["step"])
-        else:
-            self.model.pass_(cutoff, model_limit)
         self.beside_outcomes.append({"step": beside["step"].index + 1, "op": beside["step"].op,
-                                     "barrier": beside["barrier"], "hit": beside["hit"],
-                                     "outcome": beside["outcome"] or "barrier-not-reached"})
+                                     "barrier": beside["barrier"], "hit": beside["hit"], "outcome": outcome})
 
     def _run_beside(self, impl: Implementation, name: str) -> None:
         """At the planned hit of a pass's `during` barrier: the step, from the host's own session."""
@@ -604,7 +623,15 @@ class CaseRun:
         if beside["seen"] != beside["hit"]:
             return
         step = beside["step"]
+        # A step that commits while the pass is held comes first: the pass must see it (a fence, or a lock it
+        # waited for). The model takes it in that order: the step, then the pass again; one that waited keeps the
+        # model's pass first and runs once the pass is over.
+        after_pass, self.model = self.model, beside["model_before"]
         beside["outcome"] = STEPS[step.op].run_beside(self, step)
+        if beside["outcome"] == "committed":
+            self.model.pass_(beside["cutoff"], beside["limit"])
+        else:
+            self.model = after_pass
         self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])
 
     def owner_beside(self, sql: str, params: tuple = ()) -> bool:
@@ -868,8 +895,6 @@ class CaseRun:
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
             outcome.operations = sorted(self.impls["A"].hello.get("operations", []))
-            recovered = False
-            late_check = None
             for step in self.scenario.steps:
                 self.model.step_started()
                 self.step(step)
@@ -877,13 +902,13 @@ class CaseRun:
                     raise self._protocol_error
                 if self.fault_error:
                     raise TestHostError(f"fault could not be injected: {self.fault_error}")
-                if self.late_probe is not None and late_check is None:
-                    context, before = self.late_probe
-                    late_check = late_writes(before, self.schedule_rows(context["schedule_id"]), context)
+                self.judge_late_writes()
                 self.observe_coalesced(step.index)
-                if self.injection is not None and not recovered:
+                if self.injection is not None and not self.recovered:
                     self.recover(step)
-                    recovered = True
+                    self.recovered = True
+                    for deferred in self.after_recovery:
+                        deferred()
                     self.observe_coalesced(step.index)
             self.note("final-drain")
             self.drain(self.impls["A"])
@@ -898,8 +923,8 @@ class CaseRun:
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
-            if late_check is not None:
-                checks.append(late_check)
+            if self.late_check is not None:
+                checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)
             model = self.model.matching(picture)  # the timeline that ran, where a fault left two possible
             left = self.model.left[self.model.branches.index(model)]
@@ -967,7 +992,7 @@ class CaseRun:
         return [process_counts(self.count_windows),
                 work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
                                promised=clock is not None and self.plan.fault is None,
-                               attempts=clock.attempts if clock else 0)]
+                               attempts=clock.attempts if clock else 0, frozen=frozenset(self.frozen_instants))]
 
     def _teardown(self) -> None:
         if self.bridge_clock is not None:

@@ -66,7 +66,7 @@ def fault_free_judges(checks: list[CheckResult], *, faulted: bool, scenario: Any
     first and last not compared with the reason (no-vacuous-checks then holds to what the model promises)."""
     why, differences = decide(faulted, scenario.equivalence, base, model_picture, shift_s, left)
     if why is None:
-        found = [expectations(state, scenario.expect, schedule_ids, resolve)]
+        found = [expectations(state, scenario.expect, schedule_ids, resolve, exact_cursor=not faulted)]
         found.append(vacuity(checks + found, scenario.expect))
         if faulted:
             found.append(equivalence(picture, base["picture"]))
