@@ -300,10 +300,19 @@ NORMATIVE = (
         "ended your session while your process was stopped inside a transaction (the `stall` fault), another "
         "processor may have taken the lease over and finished the schedule before you noticed, and whatever you "
         "do next must write nothing for it (`late-writes-fenced`, `transaction-fate`).",
+        "The decision reads the scope generation under a lock that an operator's `advance_scope_generation()` "
+        "waits for (`appsurface_durable.locked_scope_fences()` share-locks the scope row), or checks it again at "
+        "commit: once a scope-generation change has committed, no decision on the old generation commits "
+        "(`fence-locked-beside-decision`). Likewise an update or delete of a schedule waits for a decision that "
+        "holds its definition, or that decision commits nothing of the superseded generation "
+        "(`nothing-materialized-for-superseded-or-suspended`). The TestHost runs such a change from its own "
+        "session while your decision is held at its barrier, and cancels it after 0.5 s when it waits.",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "
-        "processor's clock (`due-instants-decided`). Nominal instants are evaluated in (cursor_utc, cutoff_utc].",
+        "processor's clock (`due-instants-decided`). Nominal instants are evaluated in (cursor_utc, cutoff_utc]: "
+        "a cutoff exactly on an instant decides it, and the cursor then stands exactly on it (scenario "
+        "`cutoff-on-instant`, with the server clock frozen on the instant).",
         "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
         "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
         "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",

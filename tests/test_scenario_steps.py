@@ -1,0 +1,112 @@
+"""The scenario language's steps run against real components: a step beside a held barrier (it waits for the
+held decision, or a decision that did not lock its fence is caught), a frozen clock, a restore drill and its
+measurement, and a planned barrier that never came. The reference and the Go example both."""
+
+from pathlib import Path
+
+import pytest
+
+from mutants.catalog import BY_NAME, LOCKED_FENCE
+from scenarios.model import load_catalog, parse
+from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
+
+GO = str(Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh")
+CATALOG = {s.name: s for s in load_catalog()}
+
+
+def _check(outcome, name: str):
+    return next((c for c in outcome.checks if c.name == name), None)
+
+
+def _beside(outcome) -> list[dict]:
+    return [e for e in outcome.timeline if e["event"] == "beside-barrier"]
+
+
+@pytest.mark.parametrize("command", [REFERENCE_COMMAND, GO], ids=["reference", "go"])
+def test_a_scope_generation_change_beside_a_held_decision_waits_for_it(world, tmp_path, command):
+    outcome = run_case(world, CATALOG["fence-beside-decision"], CasePlan("fence-beside-decision"), command, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    held, after = _beside(outcome)
+    assert held["outcome"] == "waited" and held["barrier"] == "schedule-decision-before-commit"
+    assert after["then"] == "runs after the pass"
+    assert _check(outcome, "beside-barrier-reached").ok
+
+
+def test_a_decision_that_reads_the_scope_generation_unlocked_is_caught_naming_the_locked_fence(world, tmp_path):
+    mutant = BY_NAME["scope-generation-unlocked"]
+    outcome = run_case(world, CATALOG["fence-beside-decision"], CasePlan("fence-beside-decision"), mutant.command,
+                       tmp_path)
+    assert [e["outcome"] for e in _beside(outcome)] == ["committed"]
+    locked = _check(outcome, "fence-locked-beside-decision")
+    assert not locked.ok and locked.rule.startswith(LOCKED_FENCE)
+    assert locked.evidence[0]["fence"] == "scope-generation" and "cursor_utc" in locked.evidence[0]["changed"]
+
+
+def test_an_update_beside_a_held_decision_waits_and_makes_the_next_generation(world, tmp_path):
+    outcome = run_case(world, CATALOG["update-beside-decision"], CasePlan("update-beside-decision"),
+                       REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert [e["outcome"] for e in _beside(outcome)] == ["waited", "waited"]
+    assert "update (beside a held barrier)" in outcome.fallbacks
+    assert outcome.picture["sync"]["generation"] == 2
+
+
+def test_a_planned_barrier_that_never_comes_fails_the_fault_free_run(world, tmp_path):
+    scenario = parse("beside-nothing-due", '''
+[[steps]]
+op = "create"
+schedule = "later"
+spec = { kind = "at", at = "+600s", target = { command = "later" } }
+
+[[steps]]
+op = "process"
+during = { barrier = "schedule-decision-before-commit", op = "advance-scope-generation" }
+''')
+    outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    reached = _check(outcome, "beside-barrier-reached")
+    assert outcome.verdict == "fail" and not reached.ok
+    assert reached.evidence == [{"step": 2, "op": "advance-scope-generation", "barrier":
+                                 "schedule-decision-before-commit", "hit": 1, "outcome": "barrier-not-reached"}]
+
+
+def test_a_cutoff_frozen_on_an_instant_decides_it_and_the_cursor_stands_on_it(world, tmp_path):
+    outcome = run_case(world, CATALOG["cutoff-on-instant"], CasePlan("cutoff-on-instant"), REFERENCE_COMMAND,
+                       tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    expectations = _check(outcome, "scenario-expectations")
+    assert expectations.ok and expectations.rows == 1
+    assert any(e["event"] == "clock-set" and e.get("frozen") for e in outcome.timeline)
+    assert any(e["event"] == "clock-set" and "unfrozen_at" in e for e in outcome.timeline)
+    assert not world.clock.frozen
+
+
+def test_an_exclusive_range_end_is_caught_by_the_frozen_cutoff(world, tmp_path):
+    """A cutoff that excluded its instant would decide +60 s only at +90 s: the exact cursor tells."""
+    text = CATALOG["cutoff-on-instant"].source.replace('cursor = "+60s"', 'cursor = "+90s"')
+    outcome = run_case(world, parse("cutoff-on-instant", text), CasePlan("cutoff-on-instant"), REFERENCE_COMMAND,
+                       tmp_path)
+    expectations = _check(outcome, "scenario-expectations")
+    assert not expectations.ok and "cursor" in expectations.evidence[0]
+
+
+def test_a_restore_drill_counts_the_instants_that_came_back_under_another_work_identity(world, tmp_path):
+    outcome = run_case(world, CATALOG["restore-drill"], CasePlan("restore-drill"), REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    [drill] = outcome.measurements["restore-drills"]
+    assert drill["snapshot"] == "hour-old"
+    assert (drill["instants_with_work_before_restore"], drill["same_work_identity"],
+            drill["another_work_identity"], drill["without_work_now"]) == (7, 1, 6, 0)
+    assert outcome.to_json()["measurements"] == outcome.measurements
+    events = [e["event"] for e in outcome.timeline]
+    assert events.count("snapshot") == 1 and events.count("restore") == 1
+    # the processors were stopped for the restore and started again
+    assert sum(1 for e in outcome.timeline if e["event"] == "start") >= 2
+
+
+def test_a_faulted_restore_drill_is_judged_on_the_restored_timeline(world, tmp_path):
+    scenario = CATALOG["restore-drill"]
+    base = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    outcome = run_case(world, scenario, CasePlan(scenario.name, "schedule-link-after-commit", "kill", 5),
+                       REFERENCE_COMMAND, tmp_path, base.baseline)
+    assert outcome.verdict == "pass", outcome.reason
+    assert _check(outcome, "planned-fault-fired").ok
