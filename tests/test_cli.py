@@ -177,7 +177,7 @@ def test_a_malformed_scenario_file_is_one_line_naming_the_file_and_line(home):
         _refused(_run(home, *command, "--catalog", str(catalog)), f"{bad}: not valid TOML:")
         assert "line 3" in _run(home, *command, "--catalog", str(catalog)).stderr
     bad.write_text('[[steps]]\nop = "fly"\n')
-    _refused(_run(home, "scenarios", "--catalog", str(catalog)), f"{bad}: step 1: op 'fly' is not one of")
+    _refused(_run(home, "scenarios", "--catalog", str(catalog)), f"{bad}:1: step 1: op 'fly' is not one of")
     _refused(_run(home, "scenarios", "--catalog", str(home / "nowhere")), "not a folder")
 
 
