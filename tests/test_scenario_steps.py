@@ -110,3 +110,32 @@ def test_a_faulted_restore_drill_is_judged_on_the_restored_timeline(world, tmp_p
                        REFERENCE_COMMAND, tmp_path, base.baseline)
     assert outcome.verdict == "pass", outcome.reason
     assert _check(outcome, "planned-fault-fired").ok
+
+
+def test_a_step_beside_a_barrier_that_cannot_finish_is_cancelled_by_the_host_and_counts_as_waiting(world, tmp_path):
+    """The host's own cancel ends the wait (PostgreSQL's lock_timeout does not fire on a moved clock); an error that
+    is not that cancel is the harness's failure, named, never a silent pass."""
+    import time
+
+    from testhost.errors import FallbackFailed
+    from testhost.runner import BESIDE_WAIT_S, CaseRun
+    from testhost.store import new_store
+
+    scenario = CATALOG["fence-beside-decision"]
+    case = CaseRun(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    case.store = new_store(world)
+    try:
+        started = time.monotonic()
+        assert case.owner_beside("select pg_sleep(30)") is False
+        assert BESIDE_WAIT_S <= time.monotonic() - started < BESIDE_WAIT_S + 5
+        assert case.owner_beside("select 1") is True
+        case.store.create_scope("tenant-a")
+        with case.owner() as conn:  # the runtime role loses a privilege the update needs: an error, not a wait
+            conn.execute("revoke update on appsurface_durable.schedule_definitions from appsurface_durable_runtime")
+        spec = {"kind": "at", "at": "2031-03-03T00:01:00+00:00", "target": {"command": "x"}}
+        with pytest.raises(FallbackFailed, match="update beside the held barrier: AccessDenied"):
+            case.fallback_beside("update", {"schedule_id": str(scenario.schedule_id("ledger")), "spec": spec,
+                                            "expected_revision": 1})
+    finally:
+        case._close_fallbacks()
+        case.store.drop()
