@@ -347,7 +347,7 @@ class SetClock(StepKind):
     op = "set-clock"
     summary = ("Set the server clock to a scenario time. With `freeze = true` the clock stands still at that "
                "instant for the next step (every transaction of that step reads that very instant), then runs on "
-               "from it.")
+               "from it. A server-side wait measured on the wall clock (`pg_sleep`) never ends while it stands.")
     fields = (Field("at", (str,), "the scenario time, e.g. `+60s`", required=True),
               Field("freeze", (bool,), "stop the clock there for the next step (default false)"))
     example = '''description = "An update that commits exactly at a nominal instant."
