@@ -19,7 +19,6 @@ from barriers import BY_NAME
 from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
 from . import forkserver
-from .processes import group_members
 from .errors import TestHostError
 
 # The protocol's timeouts; CRASHPROOF_<NAME>_TIMEOUT_S overrides one on the host side (tests shorten them).
@@ -82,6 +81,19 @@ def kill_all() -> None:
         running = list(_live)
     for impl in running:
         impl.kill_group()
+
+
+def _pid_taken(pid: int) -> bool:
+    """Whether some process has this pid now. Asked after the process that had it was reaped: the kernel gives
+    a pid out again only once no process holds it as its group id either, so a live holder means the group is
+    gone (an O(1) probe instead of reading every process's /proc entry, which cost milliseconds a stop)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> list[str]:
@@ -312,8 +324,8 @@ class Implementation:
         if self._process is None:
             return
         leader = self._process.pid
-        if self._process.poll() is not None and not [p for p in group_members(leader) if p != leader]:
-            return  # leader reaped and no member left: the id may be a stranger's by now
+        if self._process.poll() is not None and _pid_taken(leader):
+            return  # leader reaped and its pid given to another process: no member is left, the id is a stranger's
         try:
             os.killpg(self._process.pid, number)
         except (ProcessLookupError, PermissionError):
