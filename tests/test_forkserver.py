@@ -144,3 +144,30 @@ def test_a_hung_server_is_given_up_on_and_replaced(tmp_path):
     with pytest.raises(forkserver.ForkServerError, match="gone"):
         server.start("tests.adapters.probe", [], dict(os.environ), log.fileno())
     log.close()
+
+
+def test_a_module_is_compiled_once_in_the_server_and_again_when_its_file_changes(tmp_path, monkeypatch):
+    """The server hands each child the code it compiled for the module's file, keyed like a bytecode cache by
+    path, modification time and size: the same file runs the server's code, a changed one is compiled anew."""
+    package = tmp_path / "compiledpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "say.py"
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    server = forkserver.server(("psycopg", "compiledpkg"))
+
+    def run() -> str:
+        with open(tmp_path / "stderr.log", "ab") as log:
+            child = server.start("compiledpkg.say", [], {**os.environ}, log.fileno())
+        said = child.stdout.readline().decode().strip()
+        assert child.wait(10) == 0
+        return said
+
+    module.write_text("print('one')\n")
+    assert run() == "one"
+    stamp = module.stat()
+    module.write_text("print('two')\n")  # same size: with the old stamp put back, only the cache can tell
+    os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert run() == "one", "the child compiled the file itself instead of taking the server's code"
+    module.write_text("print('three')\n")
+    assert run() == "three"
