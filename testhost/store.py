@@ -156,8 +156,11 @@ class Store:
         return self.dsn(DISPATCHER)
 
     def __post_init__(self) -> None:
-        # The superuser's session in this database, through which the pool resets the store after a case.
-        self.admin = KeptSession(lambda: psycopg.connect(self.world.admin_dsn(dbname=self.dbname), autocommit=True),
+        # The superuser's session in this database, through which the pool resets the store after a case. It is
+        # in replica mode for good: setting the mode in each reset's transaction flushed the session's plan cache
+        # twice per reset, so the schema digest and every delete were parsed and planned again each time.
+        self.admin = KeptSession(lambda: psycopg.connect(self.world.admin_dsn(dbname=self.dbname), autocommit=True,
+                                                         options="-c session_replication_role=replica"),
                                  server_incarnation(self.world))
         # The verifier's session (migration owner, direct, autocommit), kept from case to case: a reset spares it.
         self.verifier = KeptSession(self.owner, server_incarnation(self.world))
