@@ -48,19 +48,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _thread_cpu(name: str) -> float:
-    """CPU of this process's threads called `name` (the store pool's), in seconds."""
-    total = 0.0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            if open(f"/proc/self/task/{task}/comm").read().strip() == name:
-                fields = open(f"/proc/self/task/{task}/stat").read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / TICK
-        except OSError:
-            pass
-    return total
-
-
 _crashed = {"postgres": 0.0}
 
 
@@ -77,8 +64,7 @@ def cpu(world: World) -> dict[str, float]:
     pg = _postgres(world.cluster.pid) + _crashed["postgres"]
     impl = sum(sum(_stat(s._process.pid)) for s in forkserver._servers.values())
     times = os.times()
-    pool = _thread_cpu("store-pool")
-    return {"host (case thread and others)": times.user + times.system - pool, "host store-pool thread": pool,
+    return {"host (case, readers, store pool)": times.user + times.system,
             "postgres": pg, "implementation": impl, "toxiproxy": sum(_stat(world.toxiproxy._process.pid))}
 
 
