@@ -77,7 +77,9 @@ class Phases:
         self._local = threading.local()
 
     def wrap(self, owner, attr: str, label: str | None = None) -> None:
-        original = getattr(owner, attr)
+        original = getattr(owner, attr, None)
+        if original is None:
+            return  # the runner no longer has this phase under that name
         label = label or attr
 
         @functools.wraps(original)
@@ -187,7 +189,7 @@ def main() -> None:
         census, pictures = {}, {}
         for scenario in scenarios:  # fault-free runs: the census, untimed
             outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, log_dir)
-            census[scenario.name], pictures[scenario.name] = outcome.hits, outcome.picture
+            census[scenario.name], pictures[scenario.name] = outcome.hits, outcome.baseline
         plans, _ = expand(scenarios, census, FAULTS, fault=options.fault.split(","))
         plans = [p for p in plans if p.fault is not None][::options.stride][:options.limit or None]
         print(f"{len(scenarios)} scenarios, {len(plans)} faulted cases sampled")
