@@ -66,7 +66,10 @@ def test_every_row_key_the_checks_read_is_a_declared_column():
            # the answers and fates the runner records, the idle-cursor snapshots, and history detail fields
            "committed", "connection_kept_past_deadline_s", "cursor_instant", "cursors", "deadline_margin_s",
            "deadline_s", "dropped", "error", "faulted", "fenced", "instance", "instants", "op", "outcome",
-           "references"}
+           "references", "restored", "skipped", "step",
+           # the stall's details, the counting windows and the bridge's clock moves the runner records
+           "ended_backend", "stall", "takeover_passes", "took_over", "why_not", "after", "answers", "before",
+           "during", "faults", "value", "held_from", "moved_at", "shift_s"}
     assert keys - own and not (keys - own - columns), sorted(keys - own - columns)
 
 
