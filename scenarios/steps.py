@@ -95,8 +95,9 @@ class StepKind:
         raise NotImplementedError
 
     def run_beside(self, case: "CaseRun", step: "Step") -> str:
-        """Run from the host's own session (lock timeout) while an implementation is held: `committed`, or
-        `waited` when the step could not take its locks (it then runs again once the pass is over)."""
+        """Run from the host's own session while an implementation is held: `committed`, `refused` (answered with
+        a problem, nothing changed), or `waited` when it could not take its locks in time (it then runs again
+        once the pass is over)."""
         raise NotImplementedError
 
     def replay(self, replay: "Replay", step: "Step", skip: frozenset) -> None:
@@ -161,8 +162,9 @@ class ClientStep(StepKind):
             return "waited"
         case._record(response, f"{self.operation} (beside the held barrier)")
         case.client_outcomes.append((step, response, {}))
-        if response.outcome == "ok":
-            self.model(case, step)
+        if response.outcome != "ok":
+            return "refused"  # answered, and changed nothing: no order to keep, nothing to run again
+        self.model(case, step)
         return "committed"
 
     def model(self, case: "CaseRun", step: "Step") -> None:

@@ -601,13 +601,15 @@ class CaseRun:
         first), runs now, after the pass, as in the model."""
         beside = self._beside
         outcome = beside["outcome"] or "barrier-not-reached"
-        if outcome != "committed" and self.injection is not None and not self.recovered:
+        if outcome in ("committed", "refused"):
+            pass  # it ran while the pass was held
+        elif self.injection is not None and not self.recovered:
             # A fault interrupted this pass: the step waits for the recovery too, so the recovery finishes what the
             # pass committed (a decided occurrence's bridge) before the step can fence it, as the model has it.
             self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
                       then="runs after the recovery")
             self.after_recovery.append(lambda: STEPS[beside["step"].op].run(self, beside["step"]))
-        elif outcome != "committed":
+        else:
             self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
                       then="runs after the pass")
             STEPS[beside["step"].op].run(self, beside["step"])

@@ -139,3 +139,31 @@ def test_a_step_beside_a_barrier_that_cannot_finish_is_cancelled_by_the_host_and
     finally:
         case._close_fallbacks()
         case.store.drop()
+
+
+def test_a_refused_step_beside_a_held_decision_changes_nothing_and_is_not_run_again(world, tmp_path):
+    scenario = parse("refused-beside", '''
+[[steps]]
+op = "create"
+schedule = "sync"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "sync" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+during = { barrier = "schedule-decision-before-commit", op = "update", schedule = "sync", expect = "fail", spec = { kind = "cron", target = { command = "sync" } } }
+
+[expect.sync]
+occurrences = [{ generation = 1, kind = "nominal", first = "+60s", last = "+60s", state = "materialized" }]
+works = 1
+''')
+    outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert [e["outcome"] for e in _beside(outcome)] == ["refused"]
+    assert _check(outcome, "client-outcomes").ok and _check(outcome, "client-outcomes").rows == 2  # create, update
+    refused = [e for e in outcome.timeline if e["event"] == "response" and e["op"].startswith("update")]
+    assert [(e["op"], e["outcome"]) for e in refused] == [("update (beside the held barrier)", "fail")]
+    assert outcome.picture["sync"]["generation"] == 1
