@@ -57,8 +57,8 @@ def render() -> str:
         "",
         "A `process` or `race` step may carry `during = { barrier = \"...\", hit = 1, op = \"...\", ... }`: "
         "when the implementation reports that barrier for the `hit`-th time in this step, the TestHost runs the "
-        "inner step from its own session with a lock timeout while the implementation waits for the reply, then "
-        "releases the barrier. Barriers: " + ", ".join(f"`{b}`" for b in BESIDE_BARRIERS) + " (before the "
+        "inner step from its own session while the implementation waits for the reply (cancelling it after 0.5 s "
+        "when it waits for a lock), then releases the barrier. Barriers: " + ", ".join(f"`{b}`" for b in BESIDE_BARRIERS) + " (before the "
         "decision commits, so the inner step comes wholly before the pass's effects or wholly after them). Inner "
         "steps: " + ", ".join(f"`{op}`" for op, kind in STEPS.items() if kind.beside_barrier) + " (steps whose "
         "order against a held transaction the spec decides).",
@@ -67,9 +67,10 @@ def render() -> str:
         "never both proceeding on a stale fence. So: an inner step that committed while the implementation was "
         "held came first, and the independent model replays the pass after it (a fenced or refused decision); one "
         "that could not take a lock waited for the held transaction, and runs again once the pass is over, after "
-        "it in the model. The model's picture, and every check, then judge the case. In the fault-free run the "
-        "barrier must be reached (`beside-barrier-reached`); in a faulted run a fault may end the pass before it, "
-        "and the inner step runs after the pass.",
+        "it in the model; one refused with a problem changed nothing and is not run again. The model's picture, "
+        "and every check, then judge the case. In the fault-free run the barrier must be reached "
+        "(`beside-barrier-reached`); in a faulted run a fault may end the pass before it, and the inner step then "
+        "runs after the fault's recovery.",
         "",
         "## Expectations",
         "",
