@@ -87,6 +87,9 @@ class StepKind:
     example: ClassVar[str]  # a whole scenario file that uses the step
     # May run beside a held barrier (`during`): its order against the held transaction is one the spec decides.
     beside_barrier: ClassVar[bool] = False
+    # The transactions of barriers/catalog.py the step makes the implementation run (so where a fault can fire in
+    # it): the processor's claim, decision and bridge for a pass, the Work-terminal transition for a Work step.
+    transactions: ClassVar[frozenset[str]] = frozenset()
 
     def validate(self, args: dict[str, Any], context: Context) -> None:
         """Checks beyond the fields' types; raises StepError."""
@@ -396,8 +399,13 @@ occurrences = []
 
 # -- processing ----------------------------------------------------------------------------------------------
 
+PASS_TRANSACTIONS = frozenset({"dispatcher claim", "scoped decision", "scoped bridge"})
+
+
 class Pass(StepKind):
     """A process-due request to one processor (`process`) or to two at once (`race`)."""
+
+    transactions = PASS_TRANSACTIONS
 
     def labels(self, step: "Step") -> list[str]:
         raise NotImplementedError
@@ -514,6 +522,7 @@ works = 1
 @step_kind
 class Drain(StepKind):
     op = "drain"
+    transactions = PASS_TRANSACTIONS
     summary = "Fault-free passes of copy A until nothing is due."
     example = '''description = "Everything due is processed."
 [[steps]]
@@ -544,6 +553,7 @@ works = 1
 @step_kind
 class CompleteWork(StepKind):
     op = "complete-work"
+    transactions = frozenset({"Work terminal"})
     summary = ("Move a Work item of the schedule to a state (terminal: its slot is free, and a pending coalesced "
                "occurrence requeues the dispatch row in the same transaction).")
     fields = (SCHEDULE, Field("nth", (int,), "which of the schedule's Work items in acceptance order: 1 the first, "

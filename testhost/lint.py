@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from scenarios.model import Scenario, Step, T0
+from scenarios.steps import STEPS
 
 from .checks import comparable
+from .faults import PROCESSOR_TRANSACTIONS
 from .model import picture
 from .replay import Replay
 from .timelines import left_undecided
@@ -18,8 +20,8 @@ from .timelines import left_undecided
 # The steps in which a barrier can fire (the catalog's transactions are a processor's claim, decision and bridge,
 # and the Work-terminal transition), so the only ones a fault's recovery can follow; the final drain is one too.
 # A pause fires only in a processor's transactions and moves the clock twice (for the takeover, then the recovery).
-PROCESSOR_STEPS = {"process", "race", "drain"}
-FAULT_STEPS = PROCESSOR_STEPS | {"complete-work"}
+PROCESSOR_STEPS = {op for op, kind in STEPS.items() if kind.transactions & PROCESSOR_TRANSACTIONS}
+FAULT_STEPS = {op for op, kind in STEPS.items() if kind.transactions}
 FINAL_DRAIN = "the final drain"
 
 

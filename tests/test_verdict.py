@@ -13,6 +13,7 @@ from barriers import CATALOG
 from scenarios.model import load_catalog, parse
 from testhost.checks import CheckResult, normalize
 from testhost.cli import main
+from scenarios.steps import STEPS
 from testhost.lint import FAULT_STEPS, PROCESSOR_STEPS, lint, outcome
 from testhost.verdict import (NO_BASELINE, SCENARIO_OPTS_OUT, decide, fault_free_judges, model_promise,
                               not_compared)
@@ -151,7 +152,8 @@ def test_lint_checks_a_pause_with_its_two_moves():
 def test_lint_considers_exactly_the_steps_in_which_a_barrier_can_fire():
     transactions = {b.transaction for b in CATALOG}
     assert transactions == {"dispatcher claim", "scoped decision", "scoped bridge", "Work terminal"}
-    assert PROCESSOR_STEPS < FAULT_STEPS and FAULT_STEPS - PROCESSOR_STEPS == {"complete-work"}
+    assert PROCESSOR_STEPS == {"process", "race", "drain"} and FAULT_STEPS - PROCESSOR_STEPS == {"complete-work"}
+    assert set().union(*(STEPS[op].transactions for op in FAULT_STEPS)) == transactions
 
 
 def test_the_built_in_catalog_warns_only_where_a_fault_must_change_the_outcome():
