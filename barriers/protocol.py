@@ -306,7 +306,7 @@ NORMATIVE = (
         "(`fence-locked-beside-decision`). Likewise an update or delete of a schedule waits for a decision that "
         "holds its definition, or that decision commits nothing of the superseded generation "
         "(`nothing-materialized-for-superseded-or-suspended`). The TestHost runs such a change from its own "
-        "session while your decision is held at its barrier, and cancels it after 0.5 s when it waits.",
+        "session while your decision is held at its barrier, and cancels it as soon as the server shows it waiting for a lock.",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "

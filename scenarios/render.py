@@ -57,8 +57,8 @@ def render() -> str:
         "",
         "A `process` or `race` step may carry `during = { barrier = \"...\", hit = 1, op = \"...\", ... }`: "
         "when the implementation reports that barrier for the `hit`-th time in this step, the TestHost runs the "
-        "inner step from its own session while the implementation waits for the reply (cancelling it after 0.5 s "
-        "when it waits for a lock), then releases the barrier. Barriers: " + ", ".join(f"`{b}`" for b in BESIDE_BARRIERS) + " (before the "
+        "inner step from its own session while the implementation waits for the reply (cancelling it as soon as the "
+        "server shows it waiting for a lock), then releases the barrier. Barriers: " + ", ".join(f"`{b}`" for b in BESIDE_BARRIERS) + " (before the "
         "decision commits, so the inner step comes wholly before the pass's effects or wholly after them). Inner "
         "steps: " + ", ".join(f"`{op}`" for op, kind in STEPS.items() if kind.beside_barrier) + " (steps whose "
         "order against a held transaction the spec decides).",

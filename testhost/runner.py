@@ -54,10 +54,12 @@ FALLBACK_PAUSE_S = 0.3
 # Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
 # retries): a program that dies at every start ends its case here instead of being restarted without end.
 MAX_STARTS = 8
-# How long a step run beside a held barrier may wait for its locks before it counts as waiting for the held
-# transaction. The host cancels it itself: PostgreSQL's own lock_timeout and statement_timeout never fire once
-# libfaketime has moved the server clock (seen here: a lock wait under lock_timeout = 500ms outlived 60 s).
-BESIDE_WAIT_S = 0.5
+# A step run beside a held barrier is cancelled by the host as soon as the server shows it waiting for a lock (it
+# then waits for the held transaction), and in any case after BESIDE_LIMIT_S. The host cancels it itself:
+# PostgreSQL's own lock_timeout and statement_timeout never fire once libfaketime has moved the server clock (seen
+# here: a lock wait under lock_timeout = 500ms outlived 60 s).
+BESIDE_POLL_S = 0.01
+BESIDE_LIMIT_S = 5.0
 # Barriers reached only once a schedule's decision has committed in this pass.
 DECIDED_AT = {"schedule-decision-after-commit", "schedule-work-after-acceptance", "schedule-bridge-before-commit",
               "schedule-link-after-commit"}
@@ -637,11 +639,12 @@ class CaseRun:
         self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])
 
     def owner_beside(self, sql: str, params: tuple = ()) -> bool:
-        """One statement as the migration owner in a session of its own, given BESIDE_WAIT_S to take its locks:
-        True when it committed, False when it waited that long (for the implementation's held transaction)."""
+        """One statement as the migration owner in a session of its own: True when it committed, False when it
+        waited for a lock (the implementation's held transaction's)."""
         import psycopg
 
-        with psycopg.connect(self.store.owner_dsn, autocommit=True) as conn, _cancelled_after(conn) as waited:
+        with psycopg.connect(self.store.owner_dsn, autocommit=True) as conn, \
+                _cancelled_when_blocked(conn, self.store.dsn("postgres")) as waited:
             try:
                 conn.execute(sql, params)
                 return True
@@ -652,8 +655,8 @@ class CaseRun:
 
     def fallback_beside(self, op: str, args: dict) -> Response | None:
         """A schedule command through the reference client in a session of its own (the implementation is held
-        and answers nothing meanwhile), given BESIDE_WAIT_S to take its locks: its response, or None when it
-        waited that long. The step is the host's, like every fallback."""
+        and answers nothing meanwhile): its response, or None when it waited for a lock. The step is the host's,
+        like every fallback."""
         import psycopg
 
         from reference import ScheduleClient
@@ -664,8 +667,8 @@ class CaseRun:
         client = None
         try:
             client = self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE,
-                                                            deadline=DEADLINE_S + BESIDE_WAIT_S)
-            with _cancelled_after(client.session.conn) as waited:
+                                                            deadline=DEADLINE_S + BESIDE_LIMIT_S)
+            with _cancelled_when_blocked(client.session.conn, self.store.dsn("postgres")) as waited:
                 try:
                     return self._fallback_call(op, args, uuid.uuid4())
                 except (DurableError, psycopg.Error) as exc:
@@ -1017,9 +1020,13 @@ class CaseRun:
 
 
 @contextlib.contextmanager
-def _cancelled_after(conn, seconds: float = BESIDE_WAIT_S):
-    """Cancel whatever `conn` runs once `seconds` passed; yields a function telling whether it did."""
-    fired = threading.Event()
+def _cancelled_when_blocked(conn, watcher_dsn: str, limit_s: float = BESIDE_LIMIT_S):
+    """Cancel whatever `conn` runs once the server shows its backend waiting for a lock another session holds
+    (`pg_blocking_pids`), or after `limit_s`; yields a function telling whether it did."""
+    import psycopg
+
+    pid = conn.info.backend_pid
+    fired, done = threading.Event(), threading.Event()
 
     def cancel() -> None:
         fired.set()
@@ -1028,12 +1035,22 @@ def _cancelled_after(conn, seconds: float = BESIDE_WAIT_S):
         except Exception:  # noqa: BLE001 - a connection that ended meanwhile has nothing left to cancel
             pass
 
-    timer = threading.Timer(seconds, cancel)
-    timer.start()
+    def watch() -> None:
+        deadline = time.monotonic() + limit_s
+        with psycopg.connect(watcher_dsn, autocommit=True) as watcher:
+            while not done.wait(BESIDE_POLL_S):
+                blocked = watcher.execute("select cardinality(pg_blocking_pids(%s)) > 0", (pid,)).fetchone()[0]
+                if blocked or time.monotonic() > deadline:
+                    cancel()
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True, name="beside-watch")
+    thread.start()
     try:
         yield fired.is_set
     finally:
-        timer.cancel()
+        done.set()
+        thread.join()
 
 
 def protocol_json(value: Any) -> Any:

@@ -112,23 +112,34 @@ def test_a_faulted_restore_drill_is_judged_on_the_restored_timeline(world, tmp_p
     assert _check(outcome, "planned-fault-fired").ok
 
 
-def test_a_step_beside_a_barrier_that_cannot_finish_is_cancelled_by_the_host_and_counts_as_waiting(world, tmp_path):
-    """The host's own cancel ends the wait (PostgreSQL's lock_timeout does not fire on a moved clock); an error that
-    is not that cancel is the harness's failure, named, never a silent pass."""
+def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_and_counts_as_waiting(world, tmp_path):
+    """The host cancels the step as soon as the server shows it blocked (PostgreSQL's lock_timeout does not fire on a
+    moved clock), or at its limit; an error that is not that cancel is the harness's failure, named."""
     import time
 
+    import psycopg
+
     from testhost.errors import FallbackFailed
-    from testhost.runner import BESIDE_WAIT_S, CaseRun
+    from testhost.runner import CaseRun, _cancelled_when_blocked
     from testhost.store import new_store
 
     scenario = CATALOG["fence-beside-decision"]
     case = CaseRun(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
     case.store = new_store(world)
+    holder = psycopg.connect(case.store.owner_dsn)
     try:
+        holder.execute("select * from appsurface_durable.store_runtime for update")  # held, like a decision's lock
         started = time.monotonic()
-        assert case.owner_beside("select pg_sleep(30)") is False
-        assert BESIDE_WAIT_S <= time.monotonic() - started < BESIDE_WAIT_S + 5
-        assert case.owner_beside("select 1") is True
+        assert case.owner_beside("select appsurface_durable.advance_runtime_epoch()") is False
+        assert time.monotonic() - started < 2  # told by the lock, not by a timeout
+        holder.rollback()
+        assert case.owner_beside("select appsurface_durable.advance_runtime_epoch()") is True
+        with psycopg.connect(case.store.owner_dsn, autocommit=True) as conn:
+            started = time.monotonic()
+            with _cancelled_when_blocked(conn, case.store.dsn("postgres"), limit_s=0.3) as waited:
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    conn.execute("select pg_sleep(30)")  # no lock, but it never ends: the limit cancels it
+            assert waited() and 0.3 <= time.monotonic() - started < 3
         case.store.create_scope("tenant-a")
         with case.owner() as conn:  # the runtime role loses a privilege the update needs: an error, not a wait
             conn.execute("revoke update on appsurface_durable.schedule_definitions from appsurface_durable_runtime")
@@ -137,6 +148,7 @@ def test_a_step_beside_a_barrier_that_cannot_finish_is_cancelled_by_the_host_and
             case.fallback_beside("update", {"schedule_id": str(scenario.schedule_id("ledger")), "spec": spec,
                                             "expected_revision": 1})
     finally:
+        holder.close()
         case._close_fallbacks()
         case.store.drop()
 
