@@ -9,6 +9,7 @@ from importlib import resources
 
 from . import matrix, timeline
 from .report import Loaded, clock_skew, outcome
+from .text import evidence_columns
 
 # Nothing may leave the page: no fetch, no image, no font, no frame (the page opens from disk, offline).
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -119,11 +120,7 @@ def _matrix(m: matrix.Matrix) -> str:
 
 
 def _evidence_table(rows: list) -> str:
-    columns: list[str] = []
-    for row in rows:
-        for key in row if isinstance(row, dict) else ():
-            if key not in columns:
-                columns.append(key)
+    columns = evidence_columns(rows)
     if not columns:
         return "<table class=evidence><tr><th>value</th></tr>" + "".join(
             f"<tr><td class=mono>{escape(_show(r))}</td></tr>" for r in rows) + "</table>"

@@ -15,13 +15,19 @@ def _show(value) -> str:
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 1] + "…"
 
 
-def table(rows: list) -> list[str]:
-    """Evidence rows as aligned columns (the keys of every row, in order of first appearance)."""
+def evidence_columns(rows: list) -> list[str]:
+    """The keys of every evidence row, in order of first appearance."""
     columns: list[str] = []
     for row in rows:
         for key in row if isinstance(row, dict) else ():
             if key not in columns:
                 columns.append(key)
+    return columns
+
+
+def table(rows: list) -> list[str]:
+    """Evidence rows as aligned columns (the keys of every row, in order of first appearance)."""
+    columns = evidence_columns(rows)
     if not columns:
         return [_show(r) for r in rows]
     cells = [[_show(r.get(c, "")) if isinstance(r, dict) else "" for c in columns] for r in rows]
