@@ -6,6 +6,7 @@ cannot drift from what the harness speaks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 PROTOCOL_VERSION = 1
@@ -240,6 +241,43 @@ COUNT_RULES = (
 )
 
 BY_OPERATION = {op.name: op for op in OPERATIONS}
+
+
+@dataclass(frozen=True)
+class ProblemType:
+    """A problem a refused client command answers with: its name (the last segment of the problem's `type`)."""
+
+    name: str
+    when: str
+
+
+# The problem types a scenario may expect (`problem = "..."` with `expect = "fail"`), and so every problem the
+# checks accept: a step's expected name must be one of these, and the answer's `type` must end in it as its last
+# segment (after the last `:`, `/` or `#`), so `urn:acme:problem:revision-conflict` is a `revision-conflict`.
+PROBLEMS = (
+    ProblemType("validation", "the definition is invalid: a kind without its fields, a non-positive interval or "
+                "safety window, a target command that is blank or too long, an At instant at or before the "
+                "command's acceptance"),
+    ProblemType("not-admitted", "outside Gate A: a Cron schedule, a Flow target, a policy other than QueueOne "
+                "plus RunOnce"),
+    ProblemType("not-found", "no schedule with that identity in the scope"),
+    ProblemType("scope-not-found", "the scope is not registered"),
+    ProblemType("revision-conflict", "`expected_revision` is not the definition's current revision (a stale "
+                "read): nothing is applied, the caller reads again"),
+    ProblemType("schedule-deleted", "the schedule is deleted: deletion is terminal for that identity"),
+    ProblemType("release-refused", "release-after-recovery on a schedule that is not suspended for a stale "
+                "runtime epoch (active, or suspended for scope generation, clock anomaly or idempotency conflict)"),
+    ProblemType("command-conflict", "the `command_id` was accepted before for another command (another kind or "
+                "another schedule)"),
+    ProblemType("invalid-state", "the command does not apply in the schedule's state (a create of an identity "
+                "that exists)"),
+)
+BY_PROBLEM = {problem.name: problem for problem in PROBLEMS}
+
+
+def problem_name(problem_type: str) -> str:
+    """The last segment of a problem's `type` URI, the name PROBLEMS lists."""
+    return re.split(r"[:/#]", problem_type or "")[-1]
 MANDATORY = tuple(op.name for op in OPERATIONS if op.mandatory)
 
 
@@ -406,5 +444,34 @@ NORMATIVE = (
         "every bridge transaction, including one that only releases the lease (a fence found, no candidate); "
         "`schedule-work-after-acceptance` fires only once a Work was accepted (also when the link then "
         "conflicts). The Work-terminal barriers fire only for a transition into a terminal state.",
+    )),
+    Section("Client commands", (
+        "`create`, `update`, `delete` and `release-after-recovery` are optional. Where you offer one, the rules "
+        "below hold your answers and your rows; where you do not, the host's fallback (the reference client) "
+        "runs the step and is held to the same checks, so a scenario's client steps judge whoever ran them.",
+        "A refused command answers `fail` with a `problem` naming one of the *Problem types* above and changes no "
+        "row: before and after every client step the scenario expects refused, the host reads every row of "
+        "`schedule_commands`, `schedule_definitions`, `schedule_generations`, `schedule_occurrences`, "
+        "`schedule_history`, `schedule_dispatch`, `schedule_dispatch_timing` and `work_items`, and any row added, "
+        "removed or changed fails the step (`client-outcomes`, or `step-outcomes` for a step that cites its "
+        "rule). A client step the scenario expects to apply must answer `ok` (`client-outcomes`).",
+        "A stale `expected_revision` (an update, delete or release that read an older revision) is refused with "
+        "`revision-conflict`; a create whose `command_id` was accepted before for another schedule with "
+        "`command-conflict`; an invalid definition (an Every interval of zero, say) with `validation` "
+        "(`client-outcomes`; scenario `client-commands`).",
+        "Create and update capture one PostgreSQL `transaction_timestamp()`: the generation they make and their "
+        "`schedule_commands` row (that schedule, that generation, `command_kind` `create` or `update`) carry the "
+        "same `accepted_at_utc`, the server's time while the command ran, never the client's own clock "
+        "(`command-accepted-at`, after every accepted create and update).",
+        "A generation holds the definition as sent, to the microsecond: `at_utc` and an explicit `anchor_utc` "
+        "exactly as given (scenario `client-commands` sends an anchor `+90.123456s` and an At `+3600.654321s`), "
+        "`every_us`, `after_us`, `safety_window_us` when sent, and `target_command` (`definition-persisted`).",
+        "`release-after-recovery` applies only to a schedule suspended for a stale runtime epoch: on an active "
+        "schedule, or one suspended for scope generation, clock anomaly or idempotency conflict, it answers "
+        "`release-refused` and changes nothing (`step-outcomes`; scenarios `client-commands`, "
+        "`scope-generation-repair`, `link-conflict`, `release-refuses-clock-suspension`). An accepted release "
+        "leaves the definition `active` with the store's current `runtime_epoch` and the scope's current "
+        "generation in `scope_generation`, both rebound when both had advanced, and its cursor where it stood "
+        "(`release-rebinds`; scenario `release-keeps-cursor` advances both before the suspension).",
     )),
 )

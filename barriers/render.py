@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
+from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROBLEMS, PROCESS_RULES,
                        PROTOCOL_VERSION, TIMEOUTS)
 from .schema import SCHEMA_RULES
 
@@ -91,6 +91,18 @@ def _counts() -> list[str]:
            "", "| count | what the pass did | the host sees it as |", "|---|---|---|"]
     out += [f"| `{c.name}` | {c.meaning} | {c.seen_as} |" for c in COUNTS]
     return out + [""] + [line for rule in COUNT_RULES for line in (rule, "")]
+
+
+def _problems() -> list[str]:
+    """The problem types a refused client command names, from barriers/protocol.py."""
+    out = ["### Problem types", "",
+           "A client command the scenario expects refused must answer `fail` with an RFC 9457 `problem` whose "
+           "`type` ends, as its last segment (after the last `:`, `/` or `#`), in the name the scenario expects; "
+           "the reference uses `urn:appsurface-durable:problem:NAME`, any prefix of yours will do. These are every "
+           "name a scenario may expect, and so every problem the checks accept (`client-outcomes`, `step-outcomes`):",
+           "", "| problem | when |", "|---|---|"]
+    out += [f"| `{p.name}` | {p.when} |" for p in PROBLEMS]
+    return out + [""]
 
 
 def _normative() -> list[str]:
@@ -206,6 +218,7 @@ def render() -> str:
             out += [f"Fallback when not implemented: {op.fallback}.", ""]
         if op.name == "process-due":
             out += _counts()
+    out += _problems()
     out += ["## Barriers", "",
             "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
             "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "

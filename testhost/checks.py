@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from barriers.protocol import problem_name
+
 from .identity import expected_work, instant_text
 from .state import StoreState
 
@@ -546,7 +548,10 @@ def model_agreement(picture: dict, model) -> CheckResult:
 
 
 CLIENT_RULE = rule_of("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
-                      "results.")
+                      "results. (A client step the scenario expects refused answers `fail` with a problem whose "
+                      "type ends, as its last segment, in the expected name of PROTOCOL.md's problem types, and "
+                      "changes no row of the tables a command writes, schedule_commands included; any other client "
+                      "step answers `ok`.)")
 rule_of("step-outcomes", "the spec sentence the scenario step cites (a step that expects an answer: a refused lease, "
         "a refused release): the answer the step expects, and a refusal changes nothing")
 
@@ -561,7 +566,7 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
         evidence, rows = groups.get(rule, ([], 0))
         wanted = step.expected_outcome
         problem_type = (response.problem or {}).get("type", "")
-        if response.outcome != wanted or ("problem" in step.args and not problem_type.endswith(step.args["problem"])):
+        if response.outcome != wanted or ("problem" in step.args and problem_name(problem_type) != step.args["problem"]):
             evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
                              "expected_problem": step.args.get("problem"), "outcome": response.outcome,
                              "problem": response.problem, "error": response.error})
@@ -949,3 +954,7 @@ def work_own_clock(state: StoreState, moves: list[dict], *, planned: bool = Fals
     elif promised and not held:
         evidence.append({"planned": "a Work accepted in the bridge the host held", "happened": False, "moves": moves})
     return CheckResult("work-own-clock", WORK_CLOCK, not evidence, evidence, rows)
+
+
+# The client-command checks live in their own module; importing it here registers their rules with the rest.
+from . import commands  # noqa: E402,F401
