@@ -27,6 +27,7 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
+from .commands import results as command_results
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .components import find_libfaketime
@@ -163,6 +164,7 @@ class CaseRun:
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
+        self.command_facts: dict[str, list] = {}  # per client check, what each client step showed it
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.late_check: CheckResult | None = None
@@ -428,7 +430,7 @@ class CaseRun:
         schedule as it stands instead of applying twice. A fallback that cannot complete the step is a harness
         error (FallbackFailed), never charged to the implementation.
         """
-        command_id = uuid.uuid4()
+        command_id = uuid.UUID(args["command_id"]) if "command_id" in args else uuid.uuid4()
         for attempt in range(attempts):
             impl = self.impls["A"]
             if impl.supports(op):
@@ -946,6 +948,7 @@ class CaseRun:
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
+            checks.extend(command_results(self.command_facts))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
             if self.beside_outcomes:
