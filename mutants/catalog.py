@@ -36,6 +36,11 @@ WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
+PROBLEM_RESULTS = "Schedule API validation and domain conflicts return durable problem results."
+RELEASE_ADMITTED = "Recovery release applies only to admitted stale-runtime-epoch fences."
+RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope generation"
+ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as accepted_at_utc."
+UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -251,6 +256,57 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
               "        barriers.hit(\"schedule-decision-after-commit\"")),
         slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
+    Mutant(
+        "refused-release-bumps-revision", RELEASE_ADMITTED,
+        "ReleaseAfterRecovery of an active schedule is refused, but only after it wrote the definition's next "
+        "revision: the refusal changed a row.",
+        (Edit("client.py",
+              '            if current["lifecycle_state"] != "suspended":\n'
+              '                return problems.release_refused(schedule_id, "it is not suspended")\n',
+              '            if current["lifecycle_state"] != "suspended":\n'
+              '                self._advance(s, current)\n'
+              '                return problems.release_refused(schedule_id, "it is not suspended")\n'),),
+        slice=("client-commands",)),
+    Mutant(
+        "stale-revision-applied", PROBLEM_RESULTS,
+        "A command's expected_revision is not compared: an update that read a stale revision is applied.",
+        (Edit("client.py", '        if current["revision"] != expected_revision:\n',
+              '        if False:\n'),),
+        slice=("client-commands",)),
+    Mutant(
+        "repeated-command-id-taken-as-new", PROBLEM_RESULTS,
+        "A command ID already accepted for another schedule is taken for a new command, so the create fails on "
+        "the command's key instead of answering the command-conflict problem.",
+        (Edit("client.py", "                return accepted_at, seen, problems.command_conflict(command_id)\n",
+              "                return accepted_at, None, None\n"),),
+        slice=("client-commands",)),
+    Mutant(
+        "every-interval-not-validated", PROBLEM_RESULTS,
+        "An Every interval is not validated: an interval of zero reaches the database instead of answering the "
+        "validation problem.",
+        (Edit("model.py", "        if not _positive(spec.every):\n", "        if False:\n"),),
+        slice=("client-commands",)),
+    Mutant(
+        "command-accepted-at-own-sample", ONE_ACCEPTANCE,
+        "The command row records a clock_timestamp() sample of its own instead of the transaction_timestamp() the "
+        "generation carries.",
+        (Edit("queries/schedule.sql", "        %(accepted_at_utc)s, %(generation)s, %(revision)s);",
+              "        clock_timestamp(), %(generation)s, %(revision)s);"),),
+        slice=("client-commands",)),
+    Mutant(
+        "anchor-whole-seconds", UTC_UNCHANGED,
+        "An explicit Every anchor is stored truncated to whole seconds.",
+        (Edit("client.py", "    anchor = spec.anchor if spec.anchor is not None else",
+              "    anchor = spec.anchor.replace(microsecond=0) if spec.anchor is not None else"),),
+        slice=("client-commands",)),
+    Mutant(
+        "release-keeps-scope-generation", RELEASE_REBINDS,
+        "ReleaseAfterRecovery rebinds the runtime epoch only, so a schedule whose scope generation advanced too "
+        "stays bound to the old one.",
+        (Edit("client.py",
+              'runtime_epoch=fences["runtime_epoch"], scope_generation=fences["scope_generation"])',
+              'runtime_epoch=fences["runtime_epoch"])'),),
+        slice=("release-keeps-cursor",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
