@@ -300,7 +300,8 @@ NORMATIVE = (
         "The schema is the reference's migrations, applied in order before any case runs: {migrations}. The "
         "normative tables are `schedule_definitions`, `schedule_generations`, `schedule_occurrences`, "
         "`schedule_history`, `schedule_dispatch` with `schedule_dispatch_timing`, and the Work store's "
-        "`work_items`; the checks read these and nothing else.",
+        "`work_items`, with the client's `schedule_commands`; the checks read these and nothing else, but for the "
+        "fences a release must rebind (`store_runtime.runtime_epoch`, `scopes.generation`).",
     )),
     Section("Transactions of a pass", (
         "A pass claims with `appsurface_durable.claim_schedule_dispatch(lease_owner, lease_duration)` as the "
