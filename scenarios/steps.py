@@ -234,6 +234,8 @@ class DefinitionStep(ClientStep):
 
         with case.owner() as conn:
             row = conn.execute(GENERATION_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
+        if row is None:  # an `ok` that wrote no generation: the model cannot take it, the observation says why
+            return None
         self.apply(case.model, step, row["accepted_at_utc"])
         return row
 
@@ -241,6 +243,10 @@ class DefinitionStep(ClientStep):
         from testhost import commands
 
         facts = case.command_facts
+        if read is None:
+            missing = [{"step": step.index + 1, "op": self.operation, "wrong": ["answered ok, but no generation"]}]
+            facts.setdefault("command-accepted-at", []).append(missing)
+            return
         facts.setdefault("command-accepted-at", []).append(
             commands.accepted_at(step.index + 1, self.operation, read, window))
         facts.setdefault("definition-persisted", []).append(
@@ -372,13 +378,13 @@ lifecycle = "active"
         from testhost.commands import FENCES_SQL
 
         with case.owner() as conn:
-            return dict(conn.execute(FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone())
+            row = conn.execute(FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
+        return dict(row) if row else None
 
     def observe(self, case, step, read, before, window):
         from testhost import commands
 
-        with case.owner() as conn:
-            after = dict(conn.execute(commands.FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone())
+        after = self.before(case, step)
         case.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
 
 

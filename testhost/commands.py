@@ -109,6 +109,8 @@ def _stored(value: Any) -> Any:
 
 def rebinds(step: int, before: dict, after: dict) -> list[dict]:
     """An accepted release's definition against the store's fences and its own cursor before it."""
+    if before is None or after is None:
+        return [{"step": step, "op": "release", "wrong": ["answered ok, but there is no definition"]}]
     wrong = []
     if after["lifecycle_state"] != "active":
         wrong.append("the definition is not active")

@@ -229,3 +229,20 @@ def test_a_release_that_rebinds_the_epoch_only_is_caught(world, tmp_path):
     assert "release-rebinds" in failed
     [evidence] = failed["release-rebinds"].evidence
     assert evidence["wrong"] == ["the scope generation is not the scope's current one"]
+
+
+def test_an_accepted_release_of_no_definition_is_a_finding_not_a_harness_error():
+    [found] = commands.rebinds(2, None, None)
+    assert found["wrong"] == ["answered ok, but there is no definition"]
+
+
+def test_an_ok_create_that_wrote_no_generation_is_a_finding_of_the_acceptance_check():
+    from types import SimpleNamespace
+
+    from scenarios.steps import STEPS
+    case = SimpleNamespace(command_facts={})
+    step = Step("create", {"schedule": "s", "spec": {"kind": "at", "at": "+60s", "target": {"command": "c"}}}, 0)
+    STEPS["create"].observe(case, step, None, None, (T, T))
+    [result] = commands.results(case.command_facts)
+    assert result.name == "command-accepted-at" and not result.ok
+    assert result.evidence == [{"step": 1, "op": "create", "wrong": ["answered ok, but no generation"]}]
