@@ -159,7 +159,7 @@ def test_client_commands_pass_the_reference_and_the_hosts_fallbacks(world, tmp_p
     outcome, checks = _run(world, tmp_path, "client-commands", command)
     assert outcome.verdict == "pass", outcome.reason
     assert ("create" in outcome.fallbacks) == (command == FALLBACK_ONLY)
-    assert checks["client-outcomes"].ok and checks["client-outcomes"].rows == 6
+    assert checks["client-outcomes"].ok and checks["client-outcomes"].rows == 7
     assert checks["step-outcomes"].ok and checks["step-outcomes"].rows == 1
     assert checks["command-accepted-at"].rows == 2 and checks["definition-persisted"].rows == 2
     assert all(checks[name].ok for name in ("command-accepted-at", "definition-persisted"))
