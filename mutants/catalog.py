@@ -36,6 +36,8 @@ WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
+SCOPE_ONLY_NEEDS_UPDATE = ("a scope-generation-only mismatch requires a public update or delete/recreate to "
+                           "establish a new generation.")
 PROBLEM_RESULTS = "Schedule API validation and domain conflicts return durable problem results."
 RELEASE_ADMITTED = "Recovery release applies only to admitted stale-runtime-epoch fences."
 RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope generation"
@@ -307,6 +309,18 @@ MUTANTS: tuple[Mutant, ...] = (
               'runtime_epoch=fences["runtime_epoch"], scope_generation=fences["scope_generation"])',
               'runtime_epoch=fences["runtime_epoch"])'),),
         slice=("release-keeps-cursor",)),
+    Mutant(
+        "release-clears-scope-generation-suspension", SCOPE_ONLY_NEEDS_UPDATE,
+        "ReleaseAfterRecovery also clears a scope-generation suspension, which needs an update.",
+        (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
+              'if current["suspension_reason"] not in ("runtime-epoch", "scope-generation"):'),),
+        slice=("scope-generation-repair",)),
+    Mutant(
+        "release-clears-conflict-suspension", RELEASE_ADMITTED,
+        "ReleaseAfterRecovery also clears an idempotency-conflict suspension, which is no stale-runtime-epoch fence.",
+        (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
+              'if current["suspension_reason"] not in ("runtime-epoch", "idempotency-conflict"):'),),
+        slice=("link-conflict",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

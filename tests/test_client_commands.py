@@ -246,3 +246,17 @@ def test_an_ok_create_that_wrote_no_generation_is_a_finding_of_the_acceptance_ch
     [result] = commands.results(case.command_facts)
     assert result.name == "command-accepted-at" and not result.ok
     assert result.evidence == [{"step": 1, "op": "create", "wrong": ["answered ok, but no generation"]}]
+
+
+@pytest.mark.parametrize("scenario, mutant, rule", [
+    ("scope-generation-repair", "release-clears-scope-generation-suspension",
+     "a scope-generation-only mismatch requires a public update or delete/recreate"),
+    ("link-conflict", "release-clears-conflict-suspension",
+     "Recovery release applies only to admitted stale-runtime-epoch fences."),
+])
+def test_a_release_that_clears_another_suspension_is_caught_at_its_step(world, tmp_path, scenario, mutant, rule):
+    outcome, _ = _run(world, tmp_path, scenario, _module(f"mutants {mutant}"))
+    failed = _failed(outcome)
+    assert outcome.verdict == "fail" and "step-outcomes" in failed and rule in failed["step-outcomes"].rule
+    [evidence] = [e for e in failed["step-outcomes"].evidence if "expected" in e]
+    assert evidence["step"] == 5 and evidence["expected"] == "fail" and evidence["outcome"] == "ok"
