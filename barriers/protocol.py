@@ -381,6 +381,11 @@ NORMATIVE = (
         "delete that drops due instants of the old generation no pass decided records them in one "
         "`due-instants-superseded` row (first, last, count); the reference client writes it, and the scenario "
         "`update-drops-due-instants` expects it.",
+        "The definition's `revision` records every change of the row but its cursor: whatever changes "
+        "`lifecycle_state`, `suspension_reason`, `active_generation`, `runtime_epoch` or `scope_generation` (a "
+        "suspension, an update, a delete, a release) also moves `revision` forward, and nothing moves it back; a pass "
+        "that only moves the cursor leaves it (`definition-revision`, judged after every step and on the final "
+        "state).",
     )),
     Section("Answers", (
         "`fail` tells the host nothing was applied: an operation answers `fail` only when none of its "

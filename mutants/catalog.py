@@ -34,6 +34,8 @@ LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares
 WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
               "clock_timestamp() sample.")
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
+DEFINITION_ROW = ("The active schedule_definition row records lifecycle state, revision, active generation, runtime "
+                  "epoch, scope generation, and the materialization cursor.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -251,6 +253,18 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
               "        barriers.hit(\"schedule-decision-after-commit\"")),
         slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
+    Mutant(
+        "suspension-keeps-the-revision", DEFINITION_ROW,
+        "A processor suspension sets the lifecycle state and reason but leaves the revision as it was, so a caller's "
+        "expected_revision read while the schedule was active still matches the suspended row.",
+        (Edit("processor.py",
+              '        s.defer(query("schedule", "advance_definition"), {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", ',
+              '        s.defer("update appsurface_durable.schedule_definitions set lifecycle_state = %(lifecycle_state)s, "\n'
+              '                "suspension_reason = %(suspension_reason)s where scope_id = appsurface_durable.current_scope() "\n'
+              '                "and schedule_id = %(schedule_id)s", {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", '),),
+        slice=("anomaly-suspends",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
