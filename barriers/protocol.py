@@ -316,6 +316,9 @@ NORMATIVE = (
         "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
         "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
         "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",
+        "If you offer `create` or `update`: a generation of an Every whose command gave no anchor stores as "
+        "`anchor_utc` exactly its own `accepted_at_utc`, to the microsecond, an update's new generation as much as "
+        "the first (`acceptance-anchor`; scenario `update-unanchored`).",
         "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
         "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
         "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it (`anomaly-suspends`).",

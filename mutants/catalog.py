@@ -36,6 +36,8 @@ WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
 DEFINITION_ROW = ("The active schedule_definition row records lifecycle state, revision, active generation, runtime "
                   "epoch, scope generation, and the materialization cursor.")
+ACCEPTANCE_ANCHOR = ("It is the only anchor for After, and the anchor for an Every schedule when the caller did not "
+                     "supply one.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -265,6 +267,15 @@ MUTANTS: tuple[Mutant, ...] = (
               '                "and schedule_id = %(schedule_id)s", {\n'
               '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", '),),
         slice=("anomaly-suspends",)),
+    Mutant(
+        "update-anchored-on-the-second", ACCEPTANCE_ANCHOR,
+        "An update to an Every without anchor anchors the new generation on its acceptance time cut to the whole "
+        "second (as a client that serializes the instant without its fraction would); create stays right.",
+        (Edit("client.py",
+              '(accepted_at if spec.kind == "every" else None)',
+              '((accepted_at if generation == 1 else accepted_at.replace(microsecond=0)) if spec.kind == "every" '
+              'else None)'),),
+        slice=("update-unanchored",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -982,3 +982,32 @@ def definition_revision(observations: list[tuple[int, dict]], final: StoreState 
                                  "at_step": step_b if step_b == "final" else step_b + 1,
                                  "revision": [before["revision"], after["revision"]], "changed": changed})
     return CheckResult("definition-revision", DEFINITION_REVISION, not evidence, evidence, rows)
+
+
+ACCEPTANCE_ANCHOR = rule_of(
+    "acceptance-anchor",
+    "It is the only anchor for After, and the anchor for an Every schedule when the caller did not supply one. "
+    "(Every generation of an Every whose create or update command gave no anchor stores as anchor_utc exactly its "
+    "own accepted_at_utc, to the microsecond, a later generation included. The other checks judge instants "
+    "relative to the stored anchor, so only this one sees an anchor taken from elsewhere.)")
+
+
+def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) -> CheckResult:
+    """The stored anchor of each Every generation the scenario created or updated without one (the model's
+    generation is then anchored on the acceptance time it read back) against that generation's accepted_at_utc."""
+    evidence = []
+    rows = 0
+    for name, schedule in sorted(model.schedules.items()):
+        for g in schedule.generations:
+            if g.kind != "every" or g.anchor != g.accepted_at or name not in schedule_ids:
+                continue
+            stored = state.generation(schedule_ids[name], g.number)
+            if stored is None:
+                continue  # a generation the database lacks: model-agreement judges it
+            rows += 1
+            if stored["anchor_utc"] != stored["accepted_at_utc"]:
+                evidence.append({"schedule": name, "generation": g.number,
+                                 "anchor_utc": instant_text(stored["anchor_utc"]) if stored["anchor_utc"] else None,
+                                 "accepted_at_utc": instant_text(stored["accepted_at_utc"]),
+                                 "expected": "the command gave no anchor: the generation's own acceptance time"})
+    return CheckResult("acceptance-anchor", ACCEPTANCE_ANCHOR, not evidence, evidence, rows)

@@ -23,6 +23,7 @@ from scenarios.steps import STEPS, during_step
 from . import skew
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+                     acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
                      definition_revision,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
@@ -948,6 +949,7 @@ class CaseRun:
             checks += [c for c in judges if c.name != "crash-equivalence"]
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))
+            checks.append(acceptance_anchor(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
