@@ -20,7 +20,8 @@ GAP_GROUPS = ("client", "pass", "facts", "unassigned")
 LINE = re.compile(r"^  - (checks|scenarios|mutants|shapes|schema|not behaviour|gap \((?:group )?([a-z]+)\)): (.+)$")
 NAMED = ("checks", "scenarios", "mutants", "schema")  # lines whose backticked names must exist
 NAME = re.compile(r"`([^`]+)`")
-KIND_NOUN = {"checks": "check", "scenarios": "scenario", "mutants": "mutant", "schema": "schema-stage rule or migration"}
+KIND_NOUN = {"checks": "check", "scenarios": "scenario", "mutants": "mutant",
+             "schema": "schema-stage rule or migration"}
 # The classes a sentence falls in, exclusive (Entry.klass tries a gap first), in the order they are printed.
 CLASSES = ("enforced", "shapes-only", "schema", "not behaviour", "gap")
 

@@ -47,7 +47,8 @@ def test_each_unanchored_generation_on_its_own_acceptance_passes_and_explicit_an
 
 
 def test_an_update_anchored_on_the_first_acceptance_or_the_whole_second_fails_naming_the_generation():
-    first = acceptance_anchor(_state(T + timedelta(seconds=1), T + timedelta(seconds=1)), {"poll": S}, _model(None, None))
+    first = acceptance_anchor(_state(T + timedelta(seconds=1), T + timedelta(seconds=1)), {"poll": S},
+                              _model(None, None))
     assert not first.ok and first.rows == 2 and first.rule == CHECKS["acceptance-anchor"]
     assert [e["generation"] for e in first.evidence] == [2]
     cut = acceptance_anchor(_state(T + timedelta(seconds=1), (T + timedelta(seconds=2)).replace(microsecond=0)),

@@ -44,7 +44,8 @@ def test_a_suspension_under_the_old_revision_fails_naming_what_changed():
     assert not result.ok and result.rule == CHECKS["definition-revision"]
     [evidence] = result.evidence
     assert evidence["revision"] == [1, 1] and evidence["after_step"] == 1 and evidence["at_step"] == 2
-    assert evidence["changed"] == {"lifecycle_state": ["active", "suspended"], "suspension_reason": [None, "runtime-epoch"]}
+    assert evidence["changed"] == {"lifecycle_state": ["active", "suspended"],
+                                   "suspension_reason": [None, "runtime-epoch"]}
 
 
 def test_a_rebound_fence_under_the_old_revision_and_a_revision_that_moves_back_fail():
