@@ -129,3 +129,14 @@ def test_the_readme_states_the_count_the_command_prints():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     headline = coverage.headline(coverage.summary())
     assert headline in " ".join(readme.split()), f"README.md must state: {headline}"
+
+
+def test_the_coverage_command_lists_the_sentences_caught_only_in_some_shapes_when_asked(capsys):
+    assert main(["coverage", "--shapes"]) == 0
+    out = capsys.readouterr().out
+    found = coverage.summary()
+    assert found["shapes"] and "caught only in some shapes:" in out
+    for sentence, text in found["shapes"]:
+        assert f"  {sentence}\n      {text}" in out
+    main(["coverage"])
+    assert "caught only in some shapes:" not in capsys.readouterr().out
