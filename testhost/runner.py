@@ -23,7 +23,9 @@ from scenarios.steps import STEPS, during_step
 from . import skew
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+                     acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
+                     definition_revision,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
@@ -355,6 +357,7 @@ class CaseRun:
             # The raw cursor beside what was decided so far, to tell a cursor that moved with no decision.
             cursors = conn.execute(
                 "select d.schedule_id::text as schedule_id, d.cursor_utc, d.active_generation, "
+                "d.revision, d.lifecycle_state, d.suspension_reason, d.runtime_epoch, d.scope_generation, "
                 "(select count(*) from appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id) "
                 "as occurrences, (select max(last_nominal_utc) from appsurface_durable.schedule_occurrences o "
                 "where o.schedule_id = d.schedule_id) as last_decided, (select count(*) from "
@@ -928,6 +931,7 @@ class CaseRun:
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
+            checks.append(definition_revision(self.coalesced_seen, state))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)
@@ -945,6 +949,7 @@ class CaseRun:
             checks += [c for c in judges if c.name != "crash-equivalence"]
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))
+            checks.append(acceptance_anchor(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
