@@ -41,11 +41,6 @@ SERVER_SETTINGS = {
     # makes two per statement besides the one for the statement's start: half a statement's server CPU.
     # pg_stat_activity keeps pid, user, database and backend_xid; its state and query read 'disabled'.
     "track_activities": "off",
-    # A checkpoint is due when the server clock passed checkpoint_timeout since the last one, and the cases move
-    # that clock by minutes to hours, so the default 5 min made about one checkpoint (writes, and an fsync of
-    # every file written since) per case. Checkpoints bound crash-recovery time, not durability: commits are
-    # still flushed by the WAL, and a db-crash case ends its recovery with its own checkpoint.
-    "checkpoint_timeout": "'1d'",
 }
 
 
