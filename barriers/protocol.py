@@ -53,9 +53,12 @@ class Timeout:
 
 ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
-                        "TestHost's proxy. Use it for every scoped transaction."),
+                        "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
+                        "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
+                        "transaction."),
     EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
-                        "proxy. Use it for the claim transaction only."),
+                        "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
+                        "only."),
     EnvironmentVariable("CRASHPROOF_SCOPE", "the scope ID to set as the local scope for client operations."),
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
