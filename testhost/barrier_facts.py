@@ -47,14 +47,16 @@ select
   (select coalesce(json_agg(json_build_object('key', w.work_id, 'xmin', w.xmin::text)), '[]')
      from appsurface_durable.work_items w
     where position('|' || %(s)s || '|' in w.idempotency_key) > 0
-      and w.idempotency_key like 'schedule-occurrence/%%')::text as work
+      and w.idempotency_key like 'schedule-occurrence/%%')::text as work,
+  case when %(sessions)s then (select coalesce(json_agg(json_build_object('role', usename, 'xid', backend_xid::text)
+                                                         order by backend_xid::text), '[]')
+                                 from pg_stat_activity
+                                where datname = current_database() and backend_xid is not null
+                                  and usename::text in (%(runtime)s, %(dispatcher)s))::text end as sessions
 """
 
-# The implementation's sessions holding a transaction ID on the case's database: the host's own sessions log in as
-# the owner or a superuser, and a step beside a held barrier has finished before the barrier is read.
-OPEN_SQL = ("select usename::text as role, backend_xid::text as xid from pg_stat_activity "
-            "where datname = current_database() and backend_xid is not null and usename::text in (%s, %s) "
-            "order by backend_xid::text")
+# `sessions`: the implementation's sessions holding a transaction ID on the case's database (the host's own log in as
+# the owner or a superuser, and a step beside a held barrier has finished before the barrier is read).
 
 # The barriers read, and which pairs (previous barrier of the same schedule and instance, this one) are judged.
 READ_AT = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit",
@@ -100,7 +102,6 @@ class BarrierFacts:
         self.evidence: dict[str, list] = {TOGETHER: [], WORK_INSIDE: [], STATES_SEEN: [], ROLES: []}
         self.rows: dict[str, int] = {TOGETHER: 0, WORK_INSIDE: 0, STATES_SEEN: 0, ROLES: 0}
         self.unread: list[str] = []
-        self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()
 
     def at_barrier(self, run: "CaseRun", impl: "Implementation", name: str, context: dict, fire: bool) -> None:
@@ -134,27 +135,18 @@ class BarrierFacts:
             self._bracket(BRACKETS[pair], pair, schedule_id, previous["facts"], facts)
 
     def _read(self, run: "CaseRun", schedule_id: str, sessions: bool) -> tuple[dict, list | None]:
-        """On a session of its own: the verifier's is shared by threads that do not lock it, and racers' barriers
-        arrive on two threads at once. Reopened once when a crash or the proxy ended it."""
+        """On the store's barrier reader, not the verifier's session: racers' barriers arrive on two threads at once,
+        and the verifier's is shared by threads that do not lock it. Read again once when a crash ended it."""
         with self._lock:
             for attempt in (1, 2):
                 try:
-                    if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = psycopg.connect(run.store.owner_dsn, autocommit=True)
-                    cur = self._conn.cursor(row_factory=tuple_row)
-                    facts = read_facts(cur, schedule_id)
-                    return facts, cur.execute(OPEN_SQL, (RUNTIME_ROLE, DISPATCHER_ROLE)).fetchall() if sessions else None
+                    with run.store.barrier_reader() as conn:
+                        facts = read_facts(conn.cursor(row_factory=tuple_row), schedule_id, sessions)
+                    return facts, facts.pop("sessions") if sessions else None
                 except psycopg.OperationalError:
-                    self.close()
                     if attempt == 2:
                         raise
         raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        """End the case's session (the store's reset would end it anyway)."""
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
 
     def _states(self, name: str, schedule_id: str, facts: dict) -> None:
         self.rows[STATES_SEEN] += len(facts["occurrences"])
@@ -165,10 +157,9 @@ class BarrierFacts:
 
     def _sessions(self, name: str, schedule_id: str, sessions: list) -> None:
         self.rows[ROLES] += 1
-        roles = [row[0] for row in sessions]
-        if roles != [OPEN_AT[name]]:
+        if [row["role"] for row in sessions] != [OPEN_AT[name]]:
             self.evidence[ROLES].append({"barrier": name, "schedule_id": schedule_id,
-                                         "sessions_holding_a_transaction_id": [{"role": r, "xid": x} for r, x in sessions],
+                                         "sessions_holding_a_transaction_id": sessions,
                                          "expected": f"exactly one, {OPEN_AT[name]}'s"})
 
     def _gap(self, pair: tuple, schedule_id: str, before: dict, after: dict) -> None:
@@ -230,11 +221,13 @@ class BarrierFacts:
                 for rule in names]
 
 
-def read_facts(cur: psycopg.Cursor, schedule_id: str) -> dict:
-    """The schedule's rows a pass writes, keyed per table, as one statement sees them."""
-    row = cur.execute(FACTS_SQL, {"s": schedule_id}).fetchone()
+def read_facts(cur: psycopg.Cursor, schedule_id: str, sessions: bool = False) -> dict:
+    """The schedule's rows a pass writes, keyed per table, as one statement sees them (with `sessions`, also the
+    implementation's sessions holding a transaction ID)."""
+    row = cur.execute(FACTS_SQL, {"s": schedule_id, "sessions": sessions, "runtime": RUNTIME_ROLE,
+                                  "dispatcher": DISPATCHER_ROLE}).fetchone()
     return {name: json.loads(value) if value is not None else None
-            for name, value in zip(("definition", "dispatch", "occurrences", "history", "work"), row)}
+            for name, value in zip(("definition", "dispatch", "occurrences", "history", "work", "sessions"), row)}
 
 
 def _rows(facts: dict, table: str) -> dict[str, dict]:

@@ -1012,7 +1012,6 @@ class CaseRun:
             except Exception:  # noqa: BLE001
                 impl.kill_group()
         self._close_fallbacks()
-        self.barrier_facts.close()
         try:
             if self.world.proxy is not None:
                 self.world.proxy.heal()

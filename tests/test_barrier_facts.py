@@ -92,13 +92,17 @@ def test_a_claim_advances_the_lease_generation_by_exactly_one():
     assert facts.evidence[ROLES][0]["lease_generation"] == [1, 3]
 
 
+def _session(role, xid):
+    return {"role": role, "xid": xid}
+
+
 def test_the_open_transactions_at_a_before_commit_barrier_are_exactly_one_of_the_expected_role():
     facts = BarrierFacts()
-    facts._sessions("schedule-decision-before-commit", S, [("appsurface_durable_runtime", "7")])
-    facts._sessions("schedule-claim-before-commit", S, [("appsurface_durable_dispatcher", "8")])
+    facts._sessions("schedule-decision-before-commit", S, [_session("appsurface_durable_runtime", "7")])
+    facts._sessions("schedule-claim-before-commit", S, [_session("appsurface_durable_dispatcher", "8")])
     assert facts.evidence[ROLES] == [] and facts.rows[ROLES] == 2
     facts._sessions("schedule-decision-before-commit", S,
-                    [("appsurface_durable_dispatcher", "8"), ("appsurface_durable_runtime", "9")])
+                    [_session("appsurface_durable_dispatcher", "8"), _session("appsurface_durable_runtime", "9")])
     facts._sessions("schedule-decision-before-commit", S, [])  # a barrier reported outside its transaction
     assert [len(e["sessions_holding_a_transaction_id"]) for e in facts.evidence[ROLES]] == [2, 0]
 
