@@ -260,7 +260,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cursor-committed-beside-decision", ONE_TRANSACTION,
         "The decision transaction records the occurrence; the cursor moves right after its COMMIT, in a transaction "
-        "of its own, before the decision's after-commit barrier.",
+        "of its own (retried after a lost connection), before the decision's after-commit barrier; a move still lost "
+        "is finished by the next decision.",
         (Edit("processor.py",
               '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
               '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
@@ -271,9 +272,23 @@ MUTANTS: tuple[Mutant, ...] = (
               '        counts.add(decided)\n        barriers.hit("schedule-decision-after-commit", **context)\n',
               '        counts.add(decided)\n'
               '        if self._cursor_later is not None:\n'
-              '            with self.runtime.scoped(scope_id, self.runtime_role) as s:\n'
-              '                s.execute(query("schedule", "move_cursor"), self._cursor_later)\n'
-              '        barriers.hit("schedule-decision-after-commit", **context)\n')),
+              '            later = self._cursor_later\n'
+              '\n'
+              '            def move():\n'
+              '                with self.runtime.scoped(scope_id, self.runtime_role) as s:\n'
+              '                    s.execute(query("schedule", "move_cursor"), later)\n'
+              '            self._retrying(move, retry_unknown=True)\n'
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'),
+         # A cursor move lost to a fault after its decision committed is finished by the next decision, which then
+         # decides nothing twice: so no fault at a barrier makes this mutant's final state differ from the reference's.
+         Edit("processor.py",
+              '        cursor = definition["cursor_utc"]\n        evaluation = evaluate(',
+              '        cursor = definition["cursor_utc"]\n'
+              '        floor = max((o["last_nominal_utc"] for o in state.waiting), default=cursor)\n'
+              '        if floor > cursor:\n'
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": floor}\n'
+              '            cursor = floor\n'
+              '        evaluation = evaluate(')),
         slice=("at-single",)),
     Mutant(
         "work-accepted-in-own-transaction", WORK_INSIDE_LINK,
