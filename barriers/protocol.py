@@ -53,9 +53,12 @@ class Timeout:
 
 ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
-                        "TestHost's proxy. Use it for every scoped transaction."),
+                        "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
+                        "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
+                        "transaction."),
     EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
-                        "proxy. Use it for the claim transaction only."),
+                        "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
+                        "only."),
     EnvironmentVariable("CRASHPROOF_SCOPE", "the scope ID to set as the local scope for client operations."),
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
@@ -332,6 +335,9 @@ NORMATIVE = (
         "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
         "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
         "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",
+        "If you offer `create` or `update`: a generation of an Every whose command gave no anchor stores as "
+        "`anchor_utc` exactly its own `accepted_at_utc`, to the microsecond, an update's new generation as much as "
+        "the first (`acceptance-anchor`; scenario `update-unanchored`).",
         "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
         "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
         "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it (`anomaly-suspends`).",
@@ -397,6 +403,11 @@ NORMATIVE = (
         "delete that drops due instants of the old generation no pass decided records them in one "
         "`due-instants-superseded` row (first, last, count); the reference client writes it, and the scenario "
         "`update-drops-due-instants` expects it.",
+        "The definition's `revision` records every change of the row but its cursor: whatever changes "
+        "`lifecycle_state`, `suspension_reason`, `active_generation`, `runtime_epoch` or `scope_generation` (a "
+        "suspension, an update, a delete, a release) also moves `revision` forward, and nothing moves it back; a pass "
+        "that only moves the cursor leaves it (`definition-revision`, judged after every step and on the final "
+        "state).",
     )),
     Section("Answers", (
         "`fail` tells the host nothing was applied: an operation answers `fail` only when none of its "

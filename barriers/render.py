@@ -156,7 +156,7 @@ def render() -> str:
         "output, one message per line, each an object with a `type`. Write logs to standard error, never to standard "
         "output. The database already holds the normative schema (the reference's migrations, listed under *Roles and "
         "schema* below), the three roles, and the scope; connect only through the DSNs given, which pass through the "
-        "TestHost's proxy.",
+        "TestHost's proxy whenever the case's fault acts on the network.",
         "",
         "A case is a timeline of operations. After the `hello`, the host sends one `request` at a time and waits for "
         "its `response`. While an operation runs, every barrier you reach is reported with a `barrier` message and "

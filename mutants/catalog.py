@@ -38,6 +38,10 @@ WORK_INSIDE_LINK = ("The Work bridge calls the existing PostgreSqlDurableWorkTra
                     "NpgsqlTransaction, DurableWorkRequest) inside the occurrence-link transaction.")
 GATE_A_STATES = ("Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence "
                  "rows.")
+DEFINITION_ROW = ("The active schedule_definition row records lifecycle state, revision, active generation, runtime "
+                  "epoch, scope generation, and the materialization cursor.")
+ACCEPTANCE_ANCHOR = ("It is the only anchor for After, and the anchor for an Every schedule when the caller did not "
+                     "supply one.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -321,6 +325,27 @@ MUTANTS: tuple[Mutant, ...] = (
               "where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and "
               "o.state in ('pending', 'claimed')\n")),
         slice=("at-single",)),
+    Mutant(
+        "suspension-keeps-the-revision", DEFINITION_ROW,
+        "A processor suspension sets the lifecycle state and reason but leaves the revision as it was, so a caller's "
+        "expected_revision read while the schedule was active still matches the suspended row.",
+        (Edit("processor.py",
+              '        s.defer(query("schedule", "advance_definition"), {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", ',
+              '        s.defer("update appsurface_durable.schedule_definitions set lifecycle_state = %(lifecycle_state)s, "\n'
+              '                "suspension_reason = %(suspension_reason)s where scope_id = appsurface_durable.current_scope() "\n'
+              '                "and schedule_id = %(schedule_id)s", {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", '),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "update-anchored-on-the-second", ACCEPTANCE_ANCHOR,
+        "An update to an Every without anchor anchors the new generation on its acceptance time cut to the whole "
+        "second (as a client that serializes the instant without its fraction would); create stays right.",
+        (Edit("client.py",
+              '(accepted_at if spec.kind == "every" else None)',
+              '((accepted_at if generation == 1 else accepted_at.replace(microsecond=0)) if spec.kind == "every" '
+              'else None)'),),
+        slice=("update-unanchored",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -24,7 +24,9 @@ from . import skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+                     acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
+                     definition_revision,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
@@ -40,7 +42,7 @@ from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
 from .timelines import Timelines
 from .verdict import baseline as make_baseline, fault_free_judges
-from .world import CLOCK, World
+from .world import CLOCK, NETWORK, World
 
 SCOPE = "tenant-a"
 DEADLINE_S = 2.0
@@ -203,9 +205,17 @@ class CaseRun:
 
     # -- implementations and barriers ----------------------------------------------------------------------
 
+    @property
+    def network_faulted(self) -> bool:
+        """Whether this case's fault acts on the network, so the implementation must reach the server through
+        the proxy. Otherwise its DSNs go straight to the server: the proxy would only relay the bytes (it was
+        about 7% of a case's CPU, and one more hop for every round trip)."""
+        return self.plan.fault is not None and NETWORK in FAULTS[self.plan.fault].needs
+
     def start_implementation(self, label: str) -> Implementation:
-        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=True),
-               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=True),
+        proxied = self.network_faulted
+        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=proxied),
+               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
         if len(self.started) >= MAX_STARTS:
             last = self.started[-1]
@@ -358,6 +368,7 @@ class CaseRun:
             # The raw cursor beside what was decided so far, to tell a cursor that moved with no decision.
             cursors = conn.execute(
                 "select d.schedule_id::text as schedule_id, d.cursor_utc, d.active_generation, "
+                "d.revision, d.lifecycle_state, d.suspension_reason, d.runtime_epoch, d.scope_generation, "
                 "(select count(*) from appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id) "
                 "as occurrences, (select max(last_nominal_utc) from appsurface_durable.schedule_occurrences o "
                 "where o.schedule_id = d.schedule_id) as last_decided, (select count(*) from "
@@ -931,6 +942,7 @@ class CaseRun:
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
+            checks.append(definition_revision(self.coalesced_seen, state))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)
@@ -948,6 +960,7 @@ class CaseRun:
             checks += [c for c in judges if c.name != "crash-equivalence"]
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))
+            checks.append(acceptance_anchor(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
