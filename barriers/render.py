@@ -95,7 +95,6 @@ def _counts() -> list[str]:
 
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
-    from testhost import barrier_facts  # noqa: F401 - registers the checks read at the barriers
     from testhost.checks import CHECKS
     from testhost.faults import DEADLINE_MARGIN_S
 

@@ -1011,3 +1011,8 @@ def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) ->
                                  "accepted_at_utc": instant_text(stored["accepted_at_utc"]),
                                  "expected": "the command gave no anchor: the generation's own acceptance time"})
     return CheckResult("acceptance-anchor", ACCEPTANCE_ANCHOR, not evidence, evidence, rows)
+
+
+# The checks read at the barriers live in a module of their own and register here like every other, so every
+# reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
+from . import barrier_facts  # noqa: E402,F401
