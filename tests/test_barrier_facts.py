@@ -179,3 +179,31 @@ def test_the_go_example_declaring_only_process_due_passes_every_barrier_check(wo
     assert outcome.verdict == "pass", outcome.reason
     for name in BARRIER_CHECKS:
         assert checks[name].ok and checks[name].rows >= 1, (name, checks[name].evidence)
+
+
+def test_a_second_runtime_transaction_open_at_the_decision_barrier_fails_the_roles_check(world, tmp_path, monkeypatch):
+    """What a claim held open, or a second scoped transaction beside the decision, looks like to the server: here
+    a runtime session that holds a transaction ID while the reference's decision waits at its barrier."""
+    import psycopg
+
+    import testhost.barrier_facts as facts_module
+
+    read, opened = facts_module.BarrierFacts._read, []
+
+    def beside(self, run, schedule_id, sessions):
+        if sessions and not opened and run.hits.get("schedule-decision-before-commit"):
+            conn = psycopg.connect(run.store.runtime_dsn)
+            conn.execute("select txid_current()")  # an xid, as any write would take
+            opened.append(conn)
+        return read(self, run, schedule_id, sessions)
+
+    monkeypatch.setattr(facts_module.BarrierFacts, "_read", beside)
+    try:
+        outcome, checks = _run(world, tmp_path, CasePlan("at-single"), _module("reference.adapter"))
+    finally:
+        for conn in opened:
+            conn.close()
+    assert opened and outcome.verdict == "fail" and outcome.reason == "transaction-roles-at-barriers"
+    [evidence] = checks["transaction-roles-at-barriers"].evidence
+    assert evidence["barrier"] == "schedule-decision-before-commit"
+    assert [s["role"] for s in evidence["sessions_holding_a_transaction_id"]] == ["appsurface_durable_runtime"] * 2
