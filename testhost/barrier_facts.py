@@ -179,7 +179,8 @@ class BarrierFacts:
         changed = changes(before, after)
         if kind == "claim":
             self.rows[ROLES] += 1
-            was, now = (before["dispatch"] or {}).get("lease_generation"), (after["dispatch"] or {}).get("lease_generation")
+            was = (before["dispatch"] or {}).get("lease_generation")
+            now = (after["dispatch"] or {}).get("lease_generation")
             if was is None or now != was + 1:
                 self.evidence[ROLES].append({"schedule_id": schedule_id, "between": list(pair),
                                              "lease_generation": [was, now], "expected": "advanced by exactly one"})

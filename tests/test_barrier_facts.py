@@ -24,7 +24,8 @@ def _facts(cursor="c0", cursor_xmin="10", occurrences=(), work=(), history=(), l
     generation, state, revision = lease
     return {"definition": {"xmin": cursor_xmin, "cursor_utc": cursor, "revision": 1, "lifecycle_state": "active",
                            "active_generation": 1},
-            "dispatch": {"xmin": revision, "lease_state": state, "lease_generation": generation, "dispatch_revision": 2},
+            "dispatch": {"xmin": revision, "lease_state": state, "lease_generation": generation,
+                         "dispatch_revision": 2},
             "occurrences": [dict(o) for o in occurrences], "history": [dict(h) for h in history],
             "work": [dict(w) for w in work]}
 
@@ -86,9 +87,10 @@ def test_a_link_must_name_a_work_accepted_in_its_own_transaction():
 
 def test_a_claim_advances_the_lease_generation_by_exactly_one():
     facts = BarrierFacts()
-    facts._bracket("claim", ("c-before", "c-after"), S, _facts(lease=(1, "ready", "5")), _facts(lease=(2, "leased", "6")))
+    ready = _facts(lease=(1, "ready", "5"))
+    facts._bracket("claim", ("c-before", "c-after"), S, ready, _facts(lease=(2, "leased", "6")))
     assert facts.evidence[ROLES] == []
-    facts._bracket("claim", ("c-before", "c-after"), S, _facts(lease=(1, "ready", "5")), _facts(lease=(3, "leased", "6")))
+    facts._bracket("claim", ("c-before", "c-after"), S, ready, _facts(lease=(3, "leased", "6")))
     assert facts.evidence[ROLES][0]["lease_generation"] == [1, 3]
 
 
