@@ -349,6 +349,22 @@ NORMATIVE = (
         "holds its definition, or that decision commits nothing of the superseded generation "
         "(`nothing-materialized-for-superseded-or-suspended`). The TestHost runs such a change from its own "
         "session while your decision is held at its barrier, and cancels it as soon as the server shows it waiting for a lock.",
+        "While your process waits at a processor barrier whose context names a `schedule_id`, the host reads that "
+        "schedule's rows (definition, dispatch row, occurrences, `suspended` and `recovery-skipped` history rows, the "
+        "Work under its occurrences' idempotency keys), each with its writer's `xmin`. Between an after-commit "
+        "barrier (`schedule-claim-after-commit`, `schedule-decision-after-commit`) and the next transaction's "
+        "before-commit barrier nothing of that schedule may commit; what commits between a transaction's "
+        "before-commit and after-commit barriers is that one transaction, one `xmin` on every row, and a decision "
+        "that writes or extends an occurrence or skips a range moves the cursor in it (`decision-commits-together`); "
+        "an occurrence linked in a bridge links a Work accepted by that same transaction "
+        "(`work-inside-link-transaction`). Write a transaction's rows at its top level: a row written inside a "
+        "savepoint carries the savepoint's own xid and reads as another transaction. Every occurrence of the "
+        "schedule is `pending`, `materialized` or `superseded` at every such barrier, not only at the end "
+        "(`gate-a-states-at-every-barrier`). With one processor running and no fault injected yet, at "
+        "`schedule-claim-before-commit` exactly one session of yours holds a transaction ID, logged in as the "
+        "dispatcher, and at `schedule-decision-before-commit` exactly one, as the runtime role; the claim advances "
+        "`lease_generation` by exactly one (`transaction-roles-at-barriers`). Barriers with a fault, another request "
+        "or a committed step beside the pass between them are not compared.",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "

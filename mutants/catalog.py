@@ -34,6 +34,10 @@ LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares
 WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
               "clock_timestamp() sample.")
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
+WORK_INSIDE_LINK = ("The Work bridge calls the existing PostgreSqlDurableWorkTransactionWriter.EnqueueAsync("
+                    "NpgsqlTransaction, DurableWorkRequest) inside the occurrence-link transaction.")
+GATE_A_STATES = ("Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence "
+                 "rows.")
 DEFINITION_ROW = ("The active schedule_definition row records lifecycle state, revision, active generation, runtime "
                   "epoch, scope generation, and the materialization cursor.")
 ACCEPTANCE_ANCHOR = ("It is the only anchor for After, and the anchor for an Every schedule when the caller did not "
@@ -262,6 +266,72 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
               "        barriers.hit(\"schedule-decision-after-commit\"")),
         slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
+    # No barrier sits between the two commits, so no fault at a barrier can separate them: only what the host reads
+    # at the barriers (testhost/barrier_facts.py) tells two transactions from one.
+    Mutant(
+        "cursor-committed-beside-decision", ONE_TRANSACTION,
+        "The decision transaction records the occurrence; the cursor moves right after its COMMIT, in a transaction "
+        "of its own (retried after a lost connection), before the decision's after-commit barrier; a move still lost "
+        "is finished by the next decision.",
+        (Edit("processor.py",
+              '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
+         Edit("processor.py",
+              "            bridge = self._decide(s, claim, decided)\n",
+              "            self._cursor_later = None\n            bridge = self._decide(s, claim, decided)\n"),
+         Edit("processor.py",
+              '        counts.add(decided)\n        barriers.hit("schedule-decision-after-commit", **context)\n',
+              '        counts.add(decided)\n'
+              '        if self._cursor_later is not None:\n'
+              '            later = self._cursor_later\n'
+              '\n'
+              '            def move():\n'
+              '                with self.runtime.scoped(scope_id, self.runtime_role) as s:\n'
+              '                    s.execute(query("schedule", "move_cursor"), later)\n'
+              '            self._retrying(move, retry_unknown=True)\n'
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'),
+         # A cursor move lost to a fault after its decision committed is finished by the next decision, which then
+         # decides nothing twice: so no fault at a barrier makes this mutant's final state differ from the reference's.
+         Edit("processor.py",
+              '        cursor = definition["cursor_utc"]\n        evaluation = evaluate(',
+              '        cursor = definition["cursor_utc"]\n'
+              '        floor = max((o["last_nominal_utc"] for o in state.waiting), default=cursor)\n'
+              '        if floor > cursor:\n'
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": floor}\n'
+              '            cursor = floor\n'
+              '        evaluation = evaluate(')),
+        slice=("at-single",)),
+    Mutant(
+        "work-accepted-in-own-transaction", WORK_INSIDE_LINK,
+        "The bridge accepts the Work in a transaction of its own on a second runtime session, committed before the "
+        "bridge links it.",
+        (Edit("processor.py",
+              "        accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,\n"
+              "                                                      work.activity, payload), compare=False)\n",
+              "        side = Session(self.runtime_dsn, deadline=self.deadline)\n"
+              "        try:\n"
+              "            with side.scoped(scope_id, self.runtime_role) as w:\n"
+              "                accepted = self.writer.enqueue(w, WorkRequest(work.work_id, work.idempotency_key, "
+              "work.command,\n"
+              "                                                              work.activity, payload), compare=False)\n"
+              "        finally:\n"
+              "            side.close()\n"),),
+        slice=("at-single",)),
+    Mutant(
+        "transient-claimed-occurrence", GATE_A_STATES,
+        "The decision writes a new nominal or recovery occurrence as `claimed` and the bridge takes it from there to "
+        "`materialized`, so the final state shows only Gate A's states.",
+        (Edit("queries/schedule.sql",
+              "        %(first_nominal_utc)s, %(last_nominal_utc)s, 'pending', transaction_timestamp());\n",
+              "        %(first_nominal_utc)s, %(last_nominal_utc)s,\n"
+              "        case when %(occurrence_kind)s = 'coalesced' then 'pending' else 'claimed' end, "
+              "transaction_timestamp());\n"),
+         Edit("queries/schedule.sql",
+              "where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and "
+              "o.state = 'pending'\n",
+              "where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and "
+              "o.state in ('pending', 'claimed')\n")),
+        slice=("at-single",)),
     Mutant(
         "refused-release-bumps-revision", RELEASE_ADMITTED,
         "ReleaseAfterRecovery of an active schedule is refused, but only after it wrote the definition's next "

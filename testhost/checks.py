@@ -1020,3 +1020,6 @@ def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) ->
 
 # The client-command checks live in their own module; importing it here registers their rules with the rest.
 from . import commands  # noqa: E402,F401
+# The checks read at the barriers live in a module of their own and register here like every other, so every
+# reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
+from . import barrier_facts  # noqa: E402,F401

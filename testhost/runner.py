@@ -21,6 +21,7 @@ from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import STEPS, during_step
 
 from . import skew
+from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
@@ -192,6 +193,7 @@ class CaseRun:
         self._window: dict | None = None
         self._window_lock = threading.Lock()
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
+        self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
 
     @property
     def owner(self) -> KeptSession:
@@ -288,6 +290,7 @@ class CaseRun:
     def _watch_barrier(self, impl: Implementation, name: str, context: dict, fire: bool) -> None:
         """What the counts and the Work clock need from a barrier: a fault inside a counting window, and the
         committed decision at which the bridge's clock move starts."""
+        self.barrier_facts.at_barrier(self, impl, name, context, fire)
         window = self._window
         if fire and window is not None:
             window["faults"].append(self.plan.fault)
@@ -973,6 +976,7 @@ class CaseRun:
             if drills:
                 outcome.measurements["restore-drills"] = drills
             checks += self._count_and_clock_checks(state)
+            checks += self.barrier_facts.checks()
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,
