@@ -560,6 +560,8 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
         rule = step.args.get("rule", CLIENT_RULE)
         evidence, rows = groups.get(rule, ([], 0))
         wanted = step.expected_outcome
+        if wanted == "any" and not changed:
+            continue  # either answer is lawful; the model took the step only if it was applied
         problem_type = (response.problem or {}).get("type", "")
         if response.outcome != wanted or ("problem" in step.args and not problem_type.endswith(step.args["problem"])):
             evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
