@@ -38,11 +38,12 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 24 programs, fits a CI job", 24, None,
-            shrink_s=90.0),
-    Profile("dev", "a fresh seed every run, 100 programs, longer timelines", 100, None, max_steps=10),
+    Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 60 programs, fits a CI job", 60, None,
+            shrink_s=45.0),
+    Profile("dev", "a fresh seed every run, 200 programs, longer timelines", 200, None, max_steps=10,
+            random_seed=True),
     Profile("soak", "a fresh seed every run, unattended for an hour, a progress line a minute, stops by itself",
-            None, 3600.0, max_steps=12, progress_s=60.0, shrink_s=300.0),
+            None, 3600.0, max_steps=12, progress_s=60.0, shrink_s=300.0, random_seed=True),
 )}
 
 
