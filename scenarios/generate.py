@@ -121,7 +121,7 @@ def _pass_fields(draw, drawn: Drawn, racing: bool) -> dict:
         step["maximum_schedules"] = maximum
     if draw(st.integers(0, 4)) == 0:
         step["cancel_after"] = 1
-    if not racing and draw(st.integers(0, 5)) == 0:
+    if not racing and draw(st.integers(0, 9)) == 0:
         # A lease the claim function must refuse: the generator knows the answer the spec requires.
         refused = draw(st.sampled_from(("lease_seconds", "lease_owner")))
         if refused == "lease_seconds":
@@ -129,7 +129,7 @@ def _pass_fields(draw, drawn: Drawn, racing: bool) -> dict:
         else:
             step["lease_owner"] = draw(st.sampled_from((" ", "owner\u0007", "\t")))
         step.update(expect="fail", rule=CLAIM_LIMITS)
-    elif draw(st.integers(0, 5)) == 0 and drawn.created:
+    elif draw(st.integers(0, 9)) == 0 and drawn.created:
         beside = draw(st.sampled_from(("update", "advance-scope-generation", "delete")))
         during: dict[str, Any] = {"barrier": draw(st.sampled_from(BESIDE_BARRIERS)), "op": beside}
         if beside == "update":

@@ -177,7 +177,8 @@ def cmd_explore(args) -> int:
     worlds = _world_options(args)
     _require_engine(args)
     code, _ = explore(Options(command=args.impl or Options.command, profile=args.profile, seed=args.seed,
-                              max_examples=args.max_examples, duration_s=duration, jobs=args.jobs or 1,
+                              max_examples=args.max_examples, duration_s=duration,
+                              jobs=args.jobs if args.jobs is not None else 1,
                               out=Path(args.out), report_dir=Path(args.report_dir), **worlds))
     return code
 

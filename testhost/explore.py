@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -156,19 +157,35 @@ def explore(options: Options) -> tuple[int, dict]:
     jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
              "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
              "migrations": str(options.migrations) if options.migrations else None} for i in range(options.jobs)]
-    pool = ProcessPoolExecutor(max_workers=options.jobs, mp_context=context, initializer=certify._worker_init,
-                               initargs=(mode,))
-    try:
-        futures = [pool.submit(_job, job, updates) for job in jobs]
-        results = [future.result() for future in futures]
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        stop.set()
-        watcher.join()
-        manager.shutdown()
+    stopped: certify.RunStopped | None = None
+    with certify.StopSignals() as signals:
+        pool = signals.pool = certify.Pool(lambda: ProcessPoolExecutor(
+            max_workers=options.jobs, mp_context=context, initializer=certify._worker_init, initargs=(mode,)))
+        signals.armed = True
+        try:
+            futures = [pool.executor.submit(_job, job, updates) for job in jobs]
+            results = [future.result() for future in futures]
+            signals.armed = False
+            pool.close()
+        except certify.RunStopped as stop_signal:
+            # Every worker kills its implementations and its world, as certify's do; nothing is written.
+            signals.armed = False
+            stopped = stop_signal
+            pool.abort()
+        except Exception as exc:  # noqa: BLE001 - a worker that died or a search that broke: the harness failed
+            signals.armed = False
+            pool.abort()
+            failure = "a worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
+            print(f"crashproof: error: the harness failed: {failure}", file=sys.stderr)
+            return 3, {}
+        finally:
+            signals.armed = False
+            stop.set()
+            watcher.join()
+            manager.shutdown()
+    if stopped is not None:
+        print(f"explore: interrupted ({stopped}); worlds torn down, nothing written", file=sys.stderr)
+        return 128 + (stopped.signum or 0), {}
     elapsed = time.monotonic() - started
     stats = total([r["stats"] for r in results])
     options.progress(progress_line(stats, elapsed))
