@@ -260,8 +260,11 @@ def _states(state: StoreState):
 def _suspension_cursor(state: StoreState):
     evidence = []
     rows = 0
-    for h in state.history:
-        if h["event"] == "suspended" and h["detail"].get("reason") == "clock-anomaly":
+    # Only a schedule's latest suspension stands: an update repairs an anomaly and moves the cursor lawfully, and a
+    # later suspension (found by explore: anomaly, update, then a scope-generation fence) records a cursor of its own.
+    latest = {h["schedule_id"]: h for h in state.history if h["event"] == "suspended"}
+    for h in latest.values():
+        if h["detail"].get("reason") == "clock-anomaly":
             rows += 1
             d = state.definition(h["schedule_id"])
             recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))

@@ -163,3 +163,22 @@ def test_cli_usage_errors_are_one_line(tmp_path):
                                str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.world
+def test_an_anomaly_repaired_by_update_then_fenced_keeps_its_cursor_lawfully(world, tmp_path):
+    """Found by explore: an update repairs an anomaly suspension (moving the cursor), a scope-generation fence
+    suspends again; only the latest suspension is judged, so the reference passes."""
+    text = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+            'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v1" } }\n\n'
+            '[[steps]]\nop = "advance"\nseconds = 4000\n\n[[steps]]\nop = "drain"\n\n'
+            '[[steps]]\nop = "update"\nschedule = "s1"\n'
+            'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v2" } }\n\n'
+            '[[steps]]\nop = "advance-scope-generation"\n\n[[steps]]\nop = "advance"\nseconds = 61\n\n'
+            '[[steps]]\nop = "process"\n')
+    scenario = parse("anomaly-update-fence", text)
+    outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    check = next(c for c in outcome.checks if c.name == "suspension-keeps-the-cursor")
+    assert check.ok and check.rows == 0  # the clock-anomaly suspension is not the latest one
+    assert outcome.picture is not None
