@@ -181,8 +181,8 @@ def _nothing(draw, drawn: Drawn) -> dict:
 GENERATORS: dict[str, tuple[int, Callable[..., dict | None]]] = {
     "advance": (5, _advance),
     "process": (5, _process),
-    "create": (3, _create),
-    "update": (2, _update),
+    "create": (4, _create),
+    "update": (3, _update),
     "delete": (1, _delete),
     "complete-work": (2, _complete_work),
     "race": (1, _race),
