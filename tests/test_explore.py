@@ -25,15 +25,17 @@ from testhost.scenario_import import case_of, import_scenario
 
 DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "
                  "the immutable occurrence.")
-# The planted bug: the second schedule a pass claims, when it stands at generation 2 or later, gets Work under a
-# random Work ID. Only a pass over two due schedules, the later one updated, reaches it.
+# The planted bug: once a pass has claimed two schedules and bridged one at generation 2 or later, the Work it
+# accepts gets a random Work ID. Only a pass over two due schedules, one of them updated, reaches it.
 PLANTED = Mutant(
-    "planted-second-claim-after-update", DETERMINISTIC,
-    "A pass's second claim bridges a schedule at generation >= 2 under a random Work ID.",
-    (Edit("processor.py",
+    "planted-two-claims-after-update", DETERMINISTIC,
+    "In a pass past its first claim, once a schedule at generation >= 2 was bridged, Work gets a random Work ID.",
+    (Edit("processor.py", "        counts = ProcessCounts()\n", "        counts = ProcessCounts()\n        self._planted = []\n"),
+     Edit("processor.py",
           "        work = work_identity(identity, generation.target.command)\n",
           "        work = work_identity(identity, generation.target.command)\n"
-          "        if counts.claimed >= 2 and gen >= 2:\n"
+          "        self._planted.append(gen)\n"
+          "        if counts.claimed >= 2 and max(self._planted) >= 2:\n"
           "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),))
 
 
@@ -182,3 +184,18 @@ def test_an_anomaly_repaired_by_update_then_fenced_keeps_its_cursor_lawfully(wor
     check = next(c for c in outcome.checks if c.name == "suspension-keeps-the-cursor")
     assert check.ok and check.rows == 0  # the clock-anomaly suspension is not the latest one
     assert outcome.picture is not None
+
+
+@pytest.mark.world
+def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
+    """An outside implementation: its client operations run through the harness's fallbacks, its faults fire."""
+    run = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
+    built = subprocess.run([str(run), "--build-only"], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    code, report = explore(Options(command=str(run), max_examples=15, out=tmp_path / "found",
+                                   report_dir=tmp_path / "report", progress=lambda line: None))
+    assert code == 0, report["run"]["explore"]["found"]
+    assert report["implementation"]["operations"] == ["process-due"]
+    assert all("create" in case["fallbacks"] for case in report["cases"])
+    ran = report["run"]["explore"]
+    assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
