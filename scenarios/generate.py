@@ -116,7 +116,7 @@ def _advance(draw, drawn: Drawn) -> dict:
 
 def _pass_fields(draw, drawn: Drawn, racing: bool) -> dict:
     step: dict[str, Any] = {}
-    maximum = draw(st.sampled_from((1, 2, 3)))
+    maximum = draw(st.sampled_from((2, 1, 3)))  # passes over several schedules are where combinations live
     if maximum != 1:
         step["maximum_schedules"] = maximum
     if draw(st.integers(0, 4)) == 0:
@@ -199,7 +199,7 @@ _WEIGHTED = tuple(op for op, (weight, _) in GENERATORS.items() for _ in range(we
 def programs(draw, max_steps: int = 8) -> list[dict]:
     """A scenario's steps: a create first, then up to max_steps - 1 drawn steps, each valid where it stands."""
     drawn = Drawn()
-    steps = [{"op": "create", **_create(draw, drawn)}]
+    steps = [{"op": "create", **_create(draw, drawn)} for _ in range(draw(st.integers(1, 2)))]
     # Half the programs are as long as allowed: short ones rarely let time pass and process what fell due.
     for _ in range(draw(st.integers(0, max_steps - 1) | st.just(max_steps - 1))):
         op = draw(st.sampled_from(_WEIGHTED))

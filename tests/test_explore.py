@@ -25,17 +25,18 @@ from testhost.scenario_import import case_of, import_scenario
 
 DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "
                  "the immutable occurrence.")
-# The planted bug: once a pass has claimed two schedules and bridged one at generation 2 or later, the Work it
-# accepts gets a random Work ID. Only a pass over two due schedules, one of them updated, reaches it.
+# The planted bug: once one pass has bridged two schedules, one of them at generation 2 or later, the Work it
+# accepts gets a random Work ID. Only a pass over two due schedules, one of them updated, reaches it (a retry of
+# one schedule's bridge does not count twice).
 PLANTED = Mutant(
     "planted-two-claims-after-update", DETERMINISTIC,
-    "In a pass past its first claim, once a schedule at generation >= 2 was bridged, Work gets a random Work ID.",
-    (Edit("processor.py", "        counts = ProcessCounts()\n", "        counts = ProcessCounts()\n        self._planted = []\n"),
+    "Once a pass has bridged two schedules, one at generation >= 2, Work gets a random Work ID.",
+    (Edit("processor.py", "        counts = ProcessCounts()\n", "        counts = ProcessCounts()\n        self._planted = {}\n"),
      Edit("processor.py",
           "        work = work_identity(identity, generation.target.command)\n",
           "        work = work_identity(identity, generation.target.command)\n"
-          "        self._planted.append(gen)\n"
-          "        if counts.claimed >= 2 and max(self._planted) >= 2:\n"
+          "        self._planted[schedule_id] = gen\n"
+          "        if len(self._planted) >= 2 and max(self._planted.values()) >= 2:\n"
           "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),))
 
 
@@ -43,8 +44,10 @@ def planted_command(tmp_path: Path) -> str:
     """A launcher that runs the planted copy's adapter (the catalog's `python -m mutants` knows only its own)."""
     root = materialize(PLANTED, tmp_path / "mutants")
     launcher = tmp_path / "planted-adapter"
-    launcher.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(root))} exec {shlex.quote(sys.executable)} "
-                        "-m reference.adapter\n")
+    # The copy goes first on sys.path: `python -m` would put the working directory (this checkout) ahead of it.
+    code = (f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
+            "runpy.run_module('reference.adapter', run_name='__main__', alter_sys=True)")
+    launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)}\n")
     launcher.chmod(0o755)
     return str(launcher)
 
