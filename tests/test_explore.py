@@ -125,7 +125,7 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
         outcome = run_case(world, scenario, CasePlan(scenario.name), command, tmp_path / "catalog")
         assert outcome.verdict == "pass", f"{scenario.name} catches the planted bug: {outcome.reason}"
     out = tmp_path / "found"
-    code, report = explore(Options(command=command, max_examples=120, out=out, report_dir=tmp_path / "report",
+    code, report = explore(Options(command=command, out=out, report_dir=tmp_path / "report",  # profile ci
                                    progress=lambda line: None))
     assert code == 1
     found = report["run"]["explore"]["found"]
