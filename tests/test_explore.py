@@ -202,3 +202,24 @@ def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
     assert all("create" in case["fallbacks"] for case in report["cases"])
     ran = report["run"]["explore"]
     assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
+
+
+def test_expect_any_is_for_client_steps_only():
+    create = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+              'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }\n\n')
+    assert parse("any-release", create + '[[steps]]\nop = "release"\nschedule = "s1"\nexpect = "any"\n')
+    with pytest.raises(Exception, match="for client steps"):
+        parse("any-pass", create + '[[steps]]\nop = "process"\nexpect = "any"\n')
+
+
+@pytest.mark.world
+def test_a_release_expecting_any_answer_may_be_refused_but_one_expecting_ok_may_not(world, tmp_path):
+    create = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+              'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }\n\n')
+    verdicts = {}
+    for expect in ("any", "ok"):
+        scenario = parse(f"release-{expect}", create + f'[[steps]]\nop = "release"\nschedule = "s1"\nexpect = "{expect}"\n')
+        outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+        verdicts[expect] = (outcome.verdict, outcome.reason)
+    assert verdicts["any"] == ("pass", "")
+    assert verdicts["ok"][0] == "fail" and "client-outcomes" in verdicts["ok"][1]
