@@ -62,8 +62,9 @@ SCHEDULE = Field("schedule", (str,), "the scenario's own name for the schedule: 
                  "expectations use it", required=True)
 SPEC = Field("spec", (dict,), "the schedule definition, in the adapter protocol's form (see \"Definitions\" below; "
              "`at` and `anchor` are scenario times)", required=True)
-EXPECT = Field("expect", (str,), "the answer the step must get; without it the step may get any answer",
-               choices=("ok", "fail"))
+EXPECT = Field("expect", (str,), "the answer the step must get; without it the step may get any answer; `any`: "
+               "either answer, the model taking the step only when it is applied (what `crashproof explore` writes "
+               "where the answer hangs on what a fault's recovery processed)", choices=("ok", "fail", "any"))
 PROBLEM = Field("problem", (str,), "with `expect = \"fail\"`: the problem type the refusal must name, as the last "
                 "segment of its `type` (barriers/PROTOCOL.md, \"Problem types\")", choices=tuple(p.name for p in PROBLEMS))
 RULE = Field("rule", (str,), "with `expect`: the spec sentence the answer pins; the check that judges the step "
@@ -483,6 +484,8 @@ class Pass(StepKind):
         raise NotImplementedError
 
     def validate(self, args, context):
+        if args.get("expect") == "any":
+            raise StepError("expect = \"any\" is for client steps; a pass expects ok or fail")
         if "during" in args:
             during = args["during"]
             if during.get("barrier") not in BESIDE_BARRIERS:

@@ -262,8 +262,11 @@ def _states(state: StoreState):
 def _suspension_cursor(state: StoreState):
     evidence = []
     rows = 0
-    for h in state.history:
-        if h["event"] == "suspended" and h["detail"].get("reason") == "clock-anomaly":
+    # Only a schedule's latest suspension stands: an update repairs an anomaly and moves the cursor lawfully, and a
+    # later suspension (found by explore: anomaly, update, then a scope-generation fence) records a cursor of its own.
+    latest = {h["schedule_id"]: h for h in state.history if h["event"] == "suspended"}
+    for h in latest.values():
+        if h["detail"].get("reason") == "clock-anomaly":
             rows += 1
             d = state.definition(h["schedule_id"])
             recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
@@ -565,6 +568,8 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
         rule = step.args.get("rule", CLIENT_RULE)
         evidence, rows = groups.get(rule, ([], 0))
         wanted = step.expected_outcome
+        if wanted == "any" and not changed:
+            continue  # either answer is lawful; the model took the step only if it was applied
         problem_type = (response.problem or {}).get("type", "")
         if response.outcome != wanted or ("problem" in step.args and problem_name(problem_type) != step.args["problem"]):
             evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,

@@ -146,6 +146,8 @@ def cmd_scenarios(args) -> int:
     folders = [Path(folder) for folder in args.catalog or []]
     from scenarios.matrix import select
     scenarios = select(load_catalog(folders, args.with_builtin), args.scenario)
+    if args.action == "import":
+        return cmd_import(args)
     if args.lint:
         from .lint import lint
         warnings = [w for s in scenarios for w in lint(s)]
@@ -178,6 +180,40 @@ def cmd_scenarios(args) -> int:
     for skip in skipped:
         print(f"  skip {skip.scenario}/{skip.barrier}/{skip.fault}: {skip.reason}")
     return 1 if failed else 0
+
+
+def cmd_explore(args) -> int:
+    from pathlib import Path
+
+    from .explore import Options, explore
+    duration = None
+    if args.duration:
+        from scenarios.instances import DurationError, parse_duration
+        try:
+            duration = parse_duration(args.duration).total_seconds()
+        except DurationError as exc:
+            raise TestHostError(f"--duration: {exc}") from None
+        if duration <= 0:
+            raise TestHostError("--duration must be positive, e.g. 10m")
+    worlds = _world_options(args)
+    _require_engine(args)
+    code, _ = explore(Options(command=args.impl or Options.command, profile=args.profile, seed=args.seed,
+                              max_examples=args.max_examples, duration_s=duration,
+                              jobs=args.jobs if args.jobs is not None else 1,
+                              out=Path(args.out), report_dir=Path(args.report_dir), **worlds))
+    return code
+
+
+def cmd_import(args) -> int:
+    from pathlib import Path
+
+    from .scenario_import import import_scenario
+    if not args.file:
+        raise TestHostError("scenarios import needs a FILE (a scenario explore wrote)")
+    catalog = Path(args.catalog[0]) if args.catalog else None
+    target = import_scenario(Path(args.file), catalog, args.impl)
+    print(f"imported {args.file} as {target}")
+    return 0
 
 
 def cmd_world(args) -> int:
@@ -361,7 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "the count per class, and every known gap")
     cover.add_argument("--shapes", action="store_true", help="also list the sentences caught only in some shapes")
     cover.set_defaults(run=cmd_coverage)
-    scen = sub.add_parser("scenarios", help="list the scenario catalog")
+    scen = sub.add_parser("scenarios", help="list the scenario catalog; `scenarios import FILE` adds a file to it")
+    scen.add_argument("action", nargs="?", choices=["import"], help="import FILE into the catalog (the first "
+                      "--catalog DIR, else the built-in one) once its case passes on the reference and, with --impl, "
+                      "fails on that implementation")
+    scen.add_argument("file", nargs="?", help="with import: the scenario file (e.g. one `crashproof explore` wrote)")
     scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
                       "every skipped combination and why, and each fault-free case that did not pass (then exit 1)")
     scen.add_argument("--lint", action="store_true", help="warn (one line per step, with its file) where a fault's "
@@ -374,6 +414,24 @@ def build_parser() -> argparse.ArgumentParser:
     _catalog_arguments(scen)
     _world_arguments(scen)
     scen.set_defaults(run=cmd_scenarios)
+
+    exploring = sub.add_parser("explore", help="generated timelines with drawn faults against an implementation; "
+                               "each failure shrunk to a scenario file", epilog=EXIT_CODES,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    exploring.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
+    from .explore_search import PROFILES
+    exploring.add_argument("--profile", default="ci", choices=list(PROFILES), help="; ".join(
+        f"{p.name}: {p.summary}" for p in PROFILES.values()))
+    exploring.add_argument("--seed", type=int, help="the first job's seed (job i takes seed + i)")
+    exploring.add_argument("--max-examples", type=int, help="programs in all, instead of the profile's")
+    exploring.add_argument("--duration", help="stop after this long (e.g. 10m, 1h), instead of the profile's budget")
+    exploring.add_argument("--jobs", type=int, help="worlds side by side, one search each (default 1)")
+    exploring.add_argument("--out", default="explore-found", help="where each failure's scenario file and program go")
+    exploring.add_argument("--report-dir", default="explore-report", help="where report.json and logs/ go")
+    exploring.add_argument("--catalog", action="append", help=argparse.SUPPRESS)
+    exploring.add_argument("--with-builtin", action="store_true", help=argparse.SUPPRESS)
+    _world_arguments(exploring)
+    exploring.set_defaults(run=cmd_explore)
 
     world = sub.add_parser("world", help="bring a world up or down by hand, to poke at it with psql")
     world.add_argument("action", choices=["up", "down", "status"])

@@ -834,7 +834,7 @@ class CaseRun:
 
     # -- recovery ---------------------------------------------------------------------------------------
 
-    def recover(self, step: Step) -> None:
+    def recover(self, step: Step | None) -> None:
         """Heal the world, restart what died, move the clock past the dead lease, redo an interrupted Work step,
         and run fault-free passes until nothing is due."""
         self.note("recovery")
@@ -846,7 +846,7 @@ class CaseRun:
             if not impl.alive:
                 self.impls[label] = self.start_implementation(label)
         self.advance(timedelta(seconds=self.scenario.lease_seconds + 1))
-        if step.op == "complete-work":
+        if step is not None and step.op == "complete-work":
             work_id = self._nth_work(step.args["schedule"], step.args.get("nth", -1))
             if work_id and self._work_state(work_id) != step.args["state"]:
                 self._record(self._client_op("complete-work", {"work_id": work_id, "state": step.args["state"]}),
@@ -933,6 +933,11 @@ class CaseRun:
                     self.observe_coalesced(step.index)
             self.note("final-drain")
             self.drain(self.impls["A"])
+            if self.injection is not None and not self.recovered:
+                # The planned hit fell in the final drain (a timeline whose last pass is that drain): recover as
+                # after a step, else what the fault killed stays dead and the claimed schedule stays leased.
+                self.recover(None)
+                self.recovered = True
             if self.injection is not None:
                 self.settle()
             with self.owner() as conn:

@@ -1,0 +1,73 @@
+"""Explore targets: `crashproof explore --profile ci` on 2 cores in 5 minutes, its examples, steps and faulted
+steps per second beside the matrix's cases per second in the same run; and the mutant sweep (`mutants`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from testhost.certify import Options as CertifyOptions, certify
+
+from .figures import Figure
+
+LIMIT_S = 300.0
+MATRIX_SLICE = "at-*,every-*"  # a slice of the matrix, run right after explore on the same machine
+
+
+def explore_ci() -> list[Figure]:
+    from testhost.explore import Options, explore
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-explore-"))
+    started = time.monotonic()
+    code, report = explore(Options(jobs=2, out=scratch / "found", report_dir=scratch / "report",
+                                   progress=lambda line: None))
+    elapsed = time.monotonic() - started
+    ran = report["run"]["explore"]
+    begun = time.monotonic()
+    _, matrix = certify(CertifyOptions(jobs=2, scenario=MATRIX_SLICE, report_dir=scratch / "matrix",
+                                       progress=lambda line: None))
+    matrix_s = time.monotonic() - begun
+    cases_per_s = matrix["summary"]["cases"] / matrix_s
+    return [
+        Figure(f"explore --profile ci, 2 jobs ({ran['examples']} examples, {ran['steps']} steps, {ran['faulted']} "
+               f"faulted cases, {len(ran['found'])} found)", elapsed, "s", "<= 300 s", elapsed <= LIMIT_S and code == 0),
+        Figure("explore examples per second", ran["examples"] / elapsed, "/s", "reported", True, cases_per_s,
+               f"matrix ({MATRIX_SLICE}) cases/s"),
+        Figure("explore steps per second", ran["steps"] / elapsed, "/s", "reported", True, cases_per_s,
+               "matrix cases/s"),
+        Figure("explore faulted cases per second", ran["faulted"] / elapsed, "/s", "reported", True, cases_per_s,
+               "matrix cases/s"),
+    ]
+
+
+def mutants(names: list[str] | None = None) -> list[dict]:
+    """`explore --profile ci` (no slice named) against each catalog mutant: found?, after how many steps, which
+    checks, and whether one names the mutant's rule; one JSON line each."""
+    from mutants import MUTANTS, migrations_dir
+    from testhost.explore import Options, explore
+
+    rows = []
+    for mutant in [m for m in MUTANTS if not names or m.name in names]:
+        out = Path(tempfile.mkdtemp(prefix=f"bench-explore-{mutant.name}-"))
+        started = time.monotonic()
+        _, report = explore(Options(command=mutant.command, jobs=2, out=out / "found", report_dir=out / "report",
+                                    migrations=migrations_dir(mutant), progress=lambda line: None))
+        found = report["run"]["explore"]["found"]
+        naming = [f for f in found if any(mutant.rule in c["rule"] or mutant.rule == c["name"] for c in f["checks"])]
+        first = (naming or found or [{}])[0]  # each job shrinks its own first failure
+        row = {"mutant": mutant.name, "found": bool(found), "rule_named": bool(naming),
+               "steps_to_failure": first.get("steps_to_failure"), "examples": first.get("examples_to_failure"),
+               "shrunk_to": first.get("steps"), "checks": [c["name"] for c in first.get("checks", [])],
+               "case": first.get("case"), "seconds": round(time.monotonic() - started, 1)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+BENCHMARKS = [explore_ci]
+
+if __name__ == "__main__":
+    mutants(sys.argv[1:] or None)

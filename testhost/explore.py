@@ -1,0 +1,232 @@
+"""`crashproof explore`: generated timelines with drawn faults against any implementation, one world per job;
+the first failure of each job is shrunk and written as a scenario file that certify replays."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import queue as queues
+import random
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from reports import report as reports
+
+from . import certify
+from .errors import TestHostError
+from .explore_search import PROFILES, Profile, Search, Stats
+from .runner import REFERENCE_COMMAND
+
+from scenarios.generate import scenario_toml
+
+
+@dataclass
+class Options:
+    command: str = REFERENCE_COMMAND
+    profile: str = "ci"
+    seed: int | None = None
+    max_examples: int | None = None
+    duration_s: float | None = None
+    jobs: int = 1
+    out: Path = Path("explore-found")
+    report_dir: Path = Path("explore-report")
+    migrations: Path | None = None
+    dsn: str | None = None
+    docker: bool = False
+    launcher: str = "fork-server"
+    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _job(job: dict, updates) -> dict:
+    """One search in this worker's world (certify's worker initializer made it)."""
+    profile = PROFILES[job["profile"]]
+    profile = dataclasses.replace(profile, **job["overrides"])
+    deadline = time.monotonic() + job["duration_s"] if job["duration_s"] else None
+    search = Search(certify._world, job["command"], profile, Path(job["log_dir"]),
+                    report=lambda stats: updates.put((job["index"], stats.to_json())),
+                    migrations=Path(job["migrations"]) if job["migrations"] else None, deadline=deadline)
+    search.run(job["seed"], job["max_examples"])
+    cases = [case if case["verdict"] != "pass" else {**case, "timeline": []} for case in search.cases]
+    return {"stats": search.stats.to_json(), "failure": search.failure, "blob": search.blob, "cases": cases,
+            "seed": job["seed"], "index": job["index"]}
+
+
+def total(stats: list[dict]) -> dict:
+    """The jobs' stats summed."""
+    summed = Stats().to_json()
+    for one in stats:
+        for key, value in one.items():
+            if key == "fired":
+                for fault, count in value.items():
+                    summed["fired"][fault] = summed["fired"].get(fault, 0) + count
+            elif isinstance(value, int) and key not in ("steps_to_failure", "examples_to_failure"):
+                summed[key] += value
+    return summed
+
+
+def progress_line(stats: dict, elapsed: float) -> str:
+    fired = ", ".join(f"{fault} {n}" for fault, n in sorted(stats["fired"].items())) or "none"
+    return (f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted "
+            f"(fired: {fired}), {stats['failures']} failures, {int(elapsed)}s")
+
+
+def _budget(options: Options, profile: Profile) -> tuple[int, float | None]:
+    """Programs per job and the duration: --max-examples and --duration override the profile's."""
+    duration = options.duration_s if options.duration_s is not None else (
+        None if options.max_examples is not None else profile.duration_s)
+    examples = options.max_examples or profile.max_examples
+    if examples is None:
+        examples = 10 ** 9  # the duration ends it
+    return max(1, -(-examples // options.jobs)), duration
+
+
+def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: str | None,
+                  stats: dict) -> tuple[Path, str]:
+    """The shrunk program as a scenario file (its case id in a comment) and as the program that drew it."""
+    case = failure["case"]
+    failed = ", ".join(f"{c['name']} ({c['rule']})" for c in failure["checks"]) or case["reason"]
+    replay = f"crashproof certify --catalog {out} --case {case['id']}"
+    text = scenario_toml(failure["steps"], f"Found by crashproof explore: {', '.join(c['name'] for c in failure['checks']) or case['verdict']}.",
+                         (f"case = {case['id']}", f"found by: crashproof explore --profile {options.profile} "
+                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{failure['name']}.toml"
+    path.write_text(text)
+    program = {"case": case["id"], "scenario": failure["name"], "seed": seed, "profile": options.profile,
+               "impl": options.command, "steps": failure["steps"], "plan": {k: case[k] for k in ("barrier", "fault",
+                                                                                                  "hit")},
+               "failed_checks": failure["checks"], "hypothesis": blob,
+               "steps_to_failure": stats.get("steps_to_failure"), "examples_to_failure": stats.get("examples_to_failure")}
+    (out / f"{failure['name']}.program.json").write_text(json.dumps(program, indent=1) + "\n")
+    return path, replay
+
+
+def explore(options: Options) -> tuple[int, dict]:
+    """Run the searches, write what they found, and the report; exit 0 when nothing failed."""
+    if options.profile not in PROFILES:
+        raise TestHostError(f"no profile named {options.profile!r}; choose from {', '.join(PROFILES)}")
+    if options.jobs < 1:
+        raise TestHostError(f"--jobs must be at least 1, not {options.jobs}")
+    if options.max_examples is not None and options.max_examples < 1:
+        raise TestHostError("--max-examples must be at least 1")
+    profile = PROFILES[options.profile]
+    seed = options.seed if options.seed is not None else (random.randrange(1 << 31) if profile.random_seed else 0)
+    per_job, duration = _budget(options, profile)
+    certify.preflight(certify.Options(command=options.command, report_dir=options.report_dir))
+    report_dir = options.report_dir.absolute()
+    log_dir = report_dir / "logs"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    started, started_at = time.monotonic(), datetime.now(timezone.utc).isoformat()
+    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher, "catalog": [],
+            "with_builtin": False}
+    context = multiprocessing.get_context("spawn")
+    manager = context.Manager()
+    updates = manager.Queue()
+    latest: dict[int, dict] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        last = time.monotonic()
+        while not stop.is_set():
+            try:
+                index, stats = updates.get(timeout=0.5)
+                latest[index] = stats
+            except queues.Empty:
+                pass
+            except (EOFError, OSError):
+                return
+            if time.monotonic() - last >= profile.progress_s:
+                last = time.monotonic()
+                options.progress(progress_line(total(list(latest.values())), last - started))
+
+    watcher = threading.Thread(target=watch, daemon=True, name="explore-progress")
+    watcher.start()
+    options.progress(f"explore: profile {profile.name}, seed {seed}, {options.jobs} job(s), "
+                     + (f"{int(duration)}s" if duration else f"{per_job * options.jobs} examples"))
+    jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
+             "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
+             "migrations": str(options.migrations) if options.migrations else None} for i in range(options.jobs)]
+    stopped: certify.RunStopped | None = None
+    with certify.StopSignals() as signals:
+        pool = signals.pool = certify.Pool(lambda: ProcessPoolExecutor(
+            max_workers=options.jobs, mp_context=context, initializer=certify._worker_init, initargs=(mode,)))
+        signals.armed = True
+        try:
+            futures = [pool.executor.submit(_job, job, updates) for job in jobs]
+            results = [future.result() for future in futures]
+            signals.armed = False
+            pool.close()
+        except certify.RunStopped as stop_signal:
+            # Every worker kills its implementations and its world, as certify's do; nothing is written.
+            signals.armed = False
+            stopped = stop_signal
+            pool.abort()
+        except Exception as exc:  # noqa: BLE001 - a worker that died or a search that broke: the harness failed
+            signals.armed = False
+            pool.abort()
+            failure = "a worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
+            print(f"crashproof: error: the harness failed: {failure}", file=sys.stderr)
+            return 3, {}
+        finally:
+            signals.armed = False
+            stop.set()
+            watcher.join()
+            manager.shutdown()
+    if stopped is not None:
+        print(f"explore: interrupted ({stopped}); worlds torn down, nothing written", file=sys.stderr)
+        return 128 + (stopped.signum or 0), {}
+    elapsed = time.monotonic() - started
+    stats = total([r["stats"] for r in results])
+    options.progress(progress_line(stats, elapsed))
+    found = []
+    for result in results:
+        if result["failure"] is not None:
+            path, replay = write_failure(options.out, result["failure"], result["seed"], options, result["blob"],
+                                         result["stats"])
+            found.append({"case": result["failure"]["case"]["id"], "file": str(path), "replay": replay,
+                          "checks": result["failure"]["checks"], "steps": len(result["failure"]["steps"]),
+                          "steps_to_failure": result["stats"]["steps_to_failure"],
+                          "examples_to_failure": result["stats"]["examples_to_failure"]})
+    cases = [case for r in results for case in r["cases"]]
+    for case in cases:
+        case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
+    seen: set[str] = set()
+    unique = []
+    for case in cases:  # two jobs may draw the same program
+        if case["id"] not in seen:
+            seen.add(case["id"])
+            unique.append(case)
+    rate = {"examples_per_s": round(stats["examples"] / elapsed, 2), "steps_per_s": round(stats["steps"] / elapsed, 2),
+            "faulted_per_s": round(stats["faulted"] / elapsed, 2)}
+    run = {"started_at": started_at, "duration_s": round(elapsed, 2), "seed": seed,
+           "selection": {"explore": profile.name, "cases": [], "catalog": ["generated"]},
+           "explore": {"profile": profile.name, "jobs": options.jobs, **stats, **rate, "found": found},
+           "skipped": [], "problems": [], "logs": os.path.relpath(log_dir, report_dir)}
+    report = reports.build(suite_version=f"{certify.SUITE}+explore", implementation={
+        "command": options.command, "migrations": str(options.migrations) if options.migrations else None,
+        "operations": sorted({op for c in unique for op in c.get("operations", [])})},
+        environment={"jobs": options.jobs, "cpus": os.cpu_count()}, run=run, cases=sorted(unique, key=lambda c: c["id"]))
+    report["partial"] = False
+    report["interrupted"] = False
+    reports.write(report, report_dir)
+    for item in found:
+        print(f"found {item['case']} after {item['steps_to_failure']} steps ({item['examples_to_failure']} examples), "
+              f"shrunk to {item['steps']} steps: {item['file']}")
+        for check in item["checks"]:
+            print(f"  {check['name']} (rule: {check['rule']})")
+        print(f"  replay: {item['replay']}")
+    print(f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted cases in "
+          f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
+          f"{rate['faulted_per_s']} faulted/s); {len(found)} failure(s); report: {report_dir / 'report.json'}")
+    return (1 if found else 0), report

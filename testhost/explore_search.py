@@ -1,0 +1,191 @@
+"""One exploring search in one world: Hypothesis draws scenario programs (scenarios/generate.py) and a fault from
+each program's own matrix, runs them as cases (testhost/runner.py), and shrinks the first failure."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hypothesis import HealthCheck, Phase, assume, given, seed as hypothesis_seed, settings
+from hypothesis import strategies as st
+from hypothesis.reporting import with_reporter
+
+from scenarios.generate import program_name, programs, scenario_toml
+from scenarios.matrix import expand
+from scenarios.model import parse
+
+from .faults import FAULTS
+from .runner import CasePlan, run_case
+
+DESCRIPTION = "A timeline crashproof explore generated."
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how wide a search runs; every profile is registered in PROFILES."""
+
+    name: str
+    summary: str
+    max_examples: int | None  # programs per search (None: as many as the duration allows)
+    duration_s: float | None  # stop once this much time has passed (None: when max_examples are done)
+    max_steps: int = 8
+    fault_percent: int = 80  # of the programs whose matrix has a case: how many run faulted cases too
+    faults_per_program: int = 4  # at most this many faulted cases per program (drawn from 1)
+    shrink_s: float = 150.0  # time for shrinking a failure; then the smallest failing program found so far stands
+    progress_s: float = 10.0  # a progress line this often
+    random_seed: bool = False  # draw the seed (else --seed, default 0: the same programs every run)
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 200 programs, fits a CI job", 200, None,
+            shrink_s=45.0),
+    Profile("dev", "a fresh seed every run, 200 programs, longer timelines", 200, None, max_steps=10,
+            random_seed=True),
+    Profile("soak", "a fresh seed every run, unattended for an hour, a progress line a minute, stops by itself",
+            None, 3600.0, max_steps=12, progress_s=60.0, shrink_s=300.0, random_seed=True),
+)}
+
+
+@dataclass
+class Stats:
+    """What a search did so far; summed over the jobs for the progress line and the report."""
+
+    examples: int = 0
+    steps: int = 0
+    cases: int = 0
+    faulted: int = 0
+    fired: dict[str, int] = field(default_factory=dict)  # fault -> how many planned faults fired
+    failures: int = 0
+    shrinks: int = 0
+    rejected: int = 0  # programs set aside: a step beside a barrier its pass never reached
+    steps_to_failure: int | None = None  # steps run up to and including the first failing program
+    examples_to_failure: int | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Search:
+    """Programs and their faults against one implementation in one world, until a budget is spent."""
+
+    def __init__(self, world, command: str, profile: Profile, log_dir: Path,
+                 report: Callable[[Stats], None] = lambda stats: None, migrations: Path | None = None,
+                 deadline: float | None = None):
+        self.world, self.command, self.profile, self.log_dir = world, command, profile, log_dir
+        self.migrations, self.report, self.deadline = migrations, report, deadline
+        self.stats = Stats()
+        self.cache: dict[tuple[str, str], dict] = {}  # (program text, case id) -> its case; a replay is free
+        self.cases: list[dict] = []
+        self.failure: dict | None = None
+        self.shrink_until: float | None = None
+        self.blob: str | None = None
+        self.rejected: set[str] = set()  # programs whose `during` step found no moment to run at
+
+    def case(self, name: str, text: str, plan: CasePlan, baseline: dict | None) -> dict | None:
+        """The case's result (None: the shrink budget is spent and it did not run)."""
+        key = (text, plan.id)
+        if key in self.cache:
+            return self.cache[key]
+        if self.shrink_until is not None and time.monotonic() > self.shrink_until:
+            return None
+        scenario = parse(name, text)
+        outcome = run_case(self.world, scenario, plan, self.command, self.log_dir, baseline, self.migrations)
+        found = {"case": outcome.to_json(), "baseline": outcome.baseline, "steps": len(scenario.steps)}
+        self.cache[key] = found
+        self._count(found, plan)
+        return found
+
+    def _count(self, found: dict, plan: CasePlan) -> None:
+        case = found["case"]
+        self.stats.cases += 1
+        if self.shrink_until is not None:
+            self.stats.shrinks += 1
+        else:
+            self.stats.steps += found["steps"]
+        if plan.fault is not None:
+            self.stats.faulted += 1
+            if any(c["name"] == "planned-fault-fired" and c["ok"] for c in case["checks"]):
+                self.stats.fired[plan.fault] = self.stats.fired.get(plan.fault, 0) + 1
+        self.cases.append(case)
+        self.report(self.stats)
+
+    def _failed(self, steps: list[dict], name: str, text: str, found: dict) -> None:
+        case = found["case"]
+        if self.failure is None:
+            self.stats.failures += 1
+            self.stats.steps_to_failure = self.stats.steps
+            self.stats.examples_to_failure = self.stats.examples
+            self.shrink_until = time.monotonic() + self.profile.shrink_s
+            self.report(self.stats)
+        self.failure = {"steps": steps, "name": name, "text": text, "case": case,
+                        "checks": [{"name": c["name"], "rule": c["rule"]} for c in case["checks"] if not c["ok"]]}
+        raise AssertionError(f"{case['id']}: {case['verdict']}: {case['reason']}")
+
+    def body(self, data) -> None:
+        steps = data.draw(programs(self.profile.max_steps), label="program")
+        name = program_name(steps)
+        text = scenario_toml(steps, DESCRIPTION)
+        if self.shrink_until is None:
+            self.stats.examples += 1
+        free = self.case(name, text, CasePlan(name), None)
+        if free is None:
+            return
+        failed = {c["name"] for c in free["case"]["checks"] if not c["ok"]}
+        # A step drawn beside a barrier its pass never reached asked for a moment this timeline does not have:
+        # no program to judge (the check stays in force for written scenarios).
+        if failed == {"beside-barrier-reached"}:
+            if name not in self.rejected:
+                self.rejected.add(name)
+                self.stats.rejected += 1
+                self.cases = [c for c in self.cases if c["scenario"] != name]  # judged nothing: not reported
+            assume(False)
+        if free["case"]["verdict"] in ("fail", "error"):
+            self._failed(steps, name, text, free)
+        offered = set(free["case"]["operations"]) or None
+        plans, _ = expand([parse(name, text)], {name: free["case"]["barrier_hits"]}, FAULTS, offered=offered)
+        if not plans or data.draw(st.integers(0, 99), label="fault?") >= self.profile.fault_percent:
+            return
+        # A program's matrix has dozens of cases and its fault-free run is the cheap part: several faults each.
+        for _ in range(data.draw(st.integers(1, self.profile.faults_per_program), label="faults")):
+            plan = data.draw(st.sampled_from(plans), label="fault")
+            faulted = self.case(name, text, plan, free["baseline"])
+            if faulted is not None and faulted["case"]["verdict"] in ("fail", "error"):
+                self._failed(steps, name, text, faulted)
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def run(self, seed: int, max_examples: int) -> None:
+        """Rounds of Hypothesis until max_examples programs ran, the deadline passed, or a failure was shrunk."""
+        round_seed, left = seed, max_examples
+        while left > 0 and self.failure is None and not self._out_of_time():
+            chunk = min(left, 20) if self.deadline is not None else left
+            self._round(round_seed, chunk)
+            left -= chunk
+            round_seed += 1_000_003  # the next round's programs are new ones
+
+    def _round(self, seed: int, examples: int) -> None:
+        search = self
+
+        @hypothesis_seed(seed)
+        @settings(max_examples=examples, deadline=None, database=None, derandomize=False, print_blob=True,
+                  report_multiple_bugs=False, suppress_health_check=list(HealthCheck),
+                  phases=(Phase.generate, Phase.shrink))
+        @given(st.data())
+        def explore(data):
+            if search._out_of_time() and search.failure is None:
+                return  # the duration is spent: the rest of the round's examples run nothing
+            search.body(data)
+
+        lines: list[str] = []
+        try:
+            with with_reporter(lines.append):
+                explore()
+        except AssertionError:
+            if self.failure is None:
+                raise
+        blob = [line for line in lines if "reproduce_failure" in line]
+        if blob:
+            self.blob = blob[-1].strip()

@@ -1,0 +1,225 @@
+"""`crashproof explore`: drawn programs are scenarios, the search runs them as cases, a failure is shrunk and
+written as a scenario file that certify replays, and a bug no catalog scenario reaches is found."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mutants import Edit, Mutant, materialize
+from scenarios.generate import GENERATORS, NOT_GENERATED, program_name, programs, scenario_toml, toml_value
+from scenarios.model import load_catalog, parse
+from scenarios.steps import STEPS
+from testhost.explore import Options, explore, progress_line
+from testhost.explore_search import PROFILES
+from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.scenario_import import case_of, import_scenario
+
+DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "
+                 "the immutable occurrence.")
+# The planted bug: once one pass has bridged two schedules, one of them at generation 2 or later, the Work it
+# accepts gets a random Work ID. Only a pass over two due schedules, one of them updated, reaches it (a retry of
+# one schedule's bridge does not count twice).
+PLANTED = Mutant(
+    "planted-two-claims-after-update", DETERMINISTIC,
+    "Once a pass has bridged two schedules, one at generation >= 2, Work gets a random Work ID.",
+    (Edit("processor.py", "        counts = ProcessCounts()\n", "        counts = ProcessCounts()\n        self._planted = {}\n"),
+     Edit("processor.py",
+          "        work = work_identity(identity, generation.target.command)\n",
+          "        work = work_identity(identity, generation.target.command)\n"
+          "        self._planted[schedule_id] = gen\n"
+          "        if len(self._planted) >= 2 and max(self._planted.values()) >= 2:\n"
+          "            work = type(work)(uuid.uuid4(), work.idempotency_key, work.command, work.activity)\n"),))
+
+
+def planted_command(tmp_path: Path) -> str:
+    """A launcher that runs the planted copy's adapter (the catalog's `python -m mutants` knows only its own)."""
+    root = materialize(PLANTED, tmp_path / "mutants")
+    launcher = tmp_path / "planted-adapter"
+    # The copy goes first on sys.path: `python -m` would put the working directory (this checkout) ahead of it.
+    code = (f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
+            "runpy.run_module('reference.adapter', run_name='__main__', alter_sys=True)")
+    launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)}\n")
+    launcher.chmod(0o755)
+    return str(launcher)
+
+
+def test_every_step_kind_is_generated_or_excluded_with_a_reason():
+    assert set(GENERATORS) | set(NOT_GENERATED) == set(STEPS)
+    assert not set(GENERATORS) & set(NOT_GENERATED)
+
+
+@settings(max_examples=150, deadline=None)
+@given(programs(max_steps=10))
+def test_a_drawn_program_is_a_valid_scenario_file(steps):
+    text = scenario_toml(steps, "drawn", ("case = x/y/z/1",))
+    scenario = parse(program_name(steps), text)
+    assert [s.op for s in scenario.steps] == [s["op"] for s in steps]
+    assert program_name(steps) == program_name(json.loads(json.dumps(steps)))
+
+
+@given(st.text())
+def test_toml_strings_read_back_exactly(text):
+    assert tomllib.loads(f"v = {toml_value(text)}")["v"] == text
+
+
+def test_profiles_are_registered_in_one_place():
+    assert set(PROFILES) == {"ci", "dev", "soak"}
+    assert PROFILES["ci"].max_examples and not PROFILES["ci"].random_seed  # fixed budget, same programs every run
+    assert PROFILES["soak"].duration_s == 3600 and PROFILES["soak"].progress_s == 60
+
+
+def test_the_progress_line_counts_faults_per_kind():
+    line = progress_line({"examples": 3, "steps": 20, "faulted": 2, "fired": {"kill": 1, "pause": 1},
+                          "failures": 0}, 12.5)
+    assert line == "explore: 3 examples, 20 steps, 2 faulted (fired: kill 1, pause 1), 0 failures, 12s"
+
+
+@pytest.mark.world
+def test_a_fault_in_the_final_drain_is_recovered(world, tmp_path):
+    """A timeline whose only pass is the final drain (explore drew one): the killed processor is restarted and the
+    claimed schedule decided, as after a step."""
+    text = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+            'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }\n\n'
+            '[[steps]]\nop = "advance"\nseconds = 61\n')
+    scenario = parse("final-drain-fault", text)
+    free = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    assert free.verdict == "pass", free.reason
+    assert free.hits.get("schedule-claim-before-commit")
+    faulted = run_case(world, scenario, CasePlan(scenario.name, "schedule-claim-before-commit", "kill", 1),
+                       REFERENCE_COMMAND, tmp_path, free.baseline)
+    assert faulted.verdict == "pass", faulted.reason
+    assert [e for e in faulted.timeline if e["event"] == "recovery"]
+
+
+@pytest.mark.world
+def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp_path):
+    lines: list[str] = []
+    code, report = explore(Options(max_examples=12, out=tmp_path / "found", report_dir=tmp_path / "report",
+                                   progress=lines.append))
+    assert code == 0, report["run"]["explore"]["found"]
+    ran = report["run"]["explore"]
+    assert ran["examples"] >= 12 and ran["steps"] > ran["examples"]
+    assert report["summary"]["cases"] == len(report["cases"]) and report["summary"]["failed"] == 0
+    assert lines[-1].startswith(f"explore: {ran['examples']} examples")
+    assert not (tmp_path / "found").exists()
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "render", str(tmp_path / "report")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "report" / "report.html").exists()
+
+
+@pytest.mark.world
+def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_scenario(world, tmp_path):
+    command = planted_command(tmp_path)
+    # No scenario of the catalog reaches it: each fault-free run passes on the planted copy.
+    for scenario in load_catalog():
+        outcome = run_case(world, scenario, CasePlan(scenario.name), command, tmp_path / "catalog")
+        assert outcome.verdict == "pass", f"{scenario.name} catches the planted bug: {outcome.reason}"
+    out = tmp_path / "found"
+    code, report = explore(Options(command=command, out=out, report_dir=tmp_path / "report",  # profile ci
+                                   progress=lambda line: None))
+    assert code == 1
+    found = report["run"]["explore"]["found"]
+    assert len(found) == 1 and any(DETERMINISTIC in c["rule"] for c in found[0]["checks"]), found
+    path = Path(found[0]["file"])
+    text = path.read_text()
+    assert case_of(text, path.stem) == found[0]["case"]
+    program = json.loads(path.with_suffix("").with_suffix(".program.json").read_text())
+    assert program["case"] == found[0]["case"] and program["steps"]
+    steps = parse(path.stem, text).steps
+    assert sum(s.op == "create" for s in steps) >= 2 and any(s.op == "update" for s in steps)
+    # The written file replays: it fails on the bug and passes on the reference (import checks both), then joins
+    # the catalog given.
+    catalog = tmp_path / "catalog-out"
+    imported = import_scenario(path, catalog, impl=command)
+    assert imported == catalog / path.name and imported.read_text() == text
+    with pytest.raises(Exception, match="exists already"):
+        import_scenario(path, catalog, impl=command)
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--catalog", str(out), "--case",
+                           found[0]["case"], "--impl", command, "--jobs", "1", "--report-dir",
+                           str(tmp_path / "replay")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+
+
+@pytest.mark.world
+def test_import_refuses_a_file_that_does_not_replay(tmp_path):
+    """A scenario that passes on the reference does not replay a bug in it: named --impl passes too."""
+    source = tmp_path / "plain.toml"
+    source.write_text('# case = plain\n[[steps]]\nop = "create"\nschedule = "s1"\n'
+                      'spec = { kind = "at", at = "+60s", target = { command = "s1" } }\n')
+    with pytest.raises(Exception, match="does not replay: it must fail on --impl"):
+        import_scenario(source, tmp_path / "catalog", impl=REFERENCE_COMMAND)
+    assert not (tmp_path / "catalog" / "plain.toml").exists()
+
+
+def test_cli_usage_errors_are_one_line(tmp_path):
+    for args, message in ((["--duration", "soon"], "--duration"), (["--max-examples", "0"], "--max-examples"),
+                          (["--jobs", "0"], "--jobs")):
+        done = subprocess.run([sys.executable, "-m", "testhost.cli", "explore", *args, "--report-dir",
+                               str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.world
+def test_an_anomaly_repaired_by_update_then_fenced_keeps_its_cursor_lawfully(world, tmp_path):
+    """Found by explore: an update repairs an anomaly suspension (moving the cursor), a scope-generation fence
+    suspends again; only the latest suspension is judged, so the reference passes."""
+    text = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+            'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v1" } }\n\n'
+            '[[steps]]\nop = "advance"\nseconds = 4000\n\n[[steps]]\nop = "drain"\n\n'
+            '[[steps]]\nop = "update"\nschedule = "s1"\n'
+            'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v2" } }\n\n'
+            '[[steps]]\nop = "advance-scope-generation"\n\n[[steps]]\nop = "advance"\nseconds = 61\n\n'
+            '[[steps]]\nop = "process"\n')
+    scenario = parse("anomaly-update-fence", text)
+    outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    check = next(c for c in outcome.checks if c.name == "suspension-keeps-the-cursor")
+    assert check.ok and check.rows == 0  # the clock-anomaly suspension is not the latest one
+    assert outcome.picture is not None
+
+
+@pytest.mark.world
+def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
+    """An outside implementation: its client operations run through the harness's fallbacks, its faults fire."""
+    run = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
+    built = subprocess.run([str(run), "--build-only"], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    code, report = explore(Options(command=str(run), max_examples=15, out=tmp_path / "found",
+                                   report_dir=tmp_path / "report", progress=lambda line: None))
+    assert code == 0, report["run"]["explore"]["found"]
+    assert report["implementation"]["operations"] == ["process-due"]
+    assert all("create" in case["fallbacks"] for case in report["cases"])
+    ran = report["run"]["explore"]
+    assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
+
+
+def test_expect_any_is_for_client_steps_only():
+    create = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+              'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }\n\n')
+    assert parse("any-release", create + '[[steps]]\nop = "release"\nschedule = "s1"\nexpect = "any"\n')
+    with pytest.raises(Exception, match="for client steps"):
+        parse("any-pass", create + '[[steps]]\nop = "process"\nexpect = "any"\n')
+
+
+@pytest.mark.world
+def test_a_release_expecting_any_answer_may_be_refused_but_one_expecting_ok_may_not(world, tmp_path):
+    create = ('[[steps]]\nop = "create"\nschedule = "s1"\n'
+              'spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }\n\n')
+    verdicts = {}
+    for expect in ("any", "ok"):
+        scenario = parse(f"release-{expect}", create + f'[[steps]]\nop = "release"\nschedule = "s1"\nexpect = "{expect}"\n')
+        outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)
+        verdicts[expect] = (outcome.verdict, outcome.reason)
+    assert verdicts["any"] == ("pass", "")
+    assert verdicts["ok"][0] == "fail" and "client-outcomes" in verdicts["ok"][1]
