@@ -326,6 +326,15 @@ NORMATIVE = (
         "extended, or a range skipped), and then to that decision's cutoff. A pass with nothing due, a cutoff at "
         "or behind the cursor, a fence mismatch and an anomaly leave it where it is (`idle-pass-keeps-cursor`, "
         "`cursor-within-decisions-and-server-time`).",
+        "The safety window is the generation's own `safety_window_s` (default 3600): lateness at or under it is a "
+        "recovery (or nominal) decision, never a suspension (`anomaly-only-past-the-window`; scenario "
+        "`safety-window-sides`: a 120 s window late by about 240 s suspends, a 7,200 s window late by about "
+        "5,340 s recovers).",
+        "A cutoff at or behind the cursor decides nothing and suspends nothing, also when the schedule is "
+        "claimable then (a Work finished while the server clock stood behind the cursor requeued it: the bridge "
+        "still materializes the waiting coalesced occurrence). No `clock-anomaly` suspension is written at a "
+        "transaction time at or before its cursor, and no occurrence or skipped range starts after the time of "
+        "the transaction that decided it (`behind-cursor-no-op`; scenario `clock-behind-cursor`).",
     )),
     Section("Occurrences and the slot", (
         "Occurrence kinds are `nominal`, `recovery` and `coalesced`; Gate A writes the states `pending`, "
@@ -391,6 +400,13 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
+        "A pass claims at most `maximum_schedules` dispatch rows, and at most `cancel_after` when it is cancelled "
+        "after that many: the host counts the lease generations that moved while the request ran (racing "
+        "requests against their sum; not where a `lost-commit-reply` or `pause` fault fired) (`pass-bounded`). "
+        "Before any fault of the case, a pass that claimed nothing must answer `ok` (`empty-pass-ok`), unless its "
+        "step expects a refusal, and a pass that answered leaves no lease it took held: every dispatch row whose "
+        "lease generation moved while it ran is `ready` once it answered, so cancellation is looked at before "
+        "the next claim, not after it (`pass-leaves-no-lease`).",
         "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "
         "`CRASHPROOF_DEADLINE_S`, give up on it and close that connection. The host holds a lost COMMIT reply "
         "for the deadline plus {margin} s (at the first hit of each before-commit barrier in the scenarios tagged "

@@ -34,6 +34,12 @@ LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares
 WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
               "clock_timestamp() sample.")
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
+SAFETY_WINDOW = ("A forward cutoff inside the configured safety window creates one declared recovery range and "
+                 "follows the persisted misfire policy.")
+BOUNDED = "processes at most MaximumSchedules schedules (default 1)"
+EMPTY_PASS = "returns zero counts for an empty pass"
+BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
+CANCEL_LEASE = "observes cancellation before starting the next lease"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
 
@@ -251,6 +257,51 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
               "        barriers.hit(\"schedule-decision-after-commit\"")),
         slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
+    Mutant(
+        "safety-window-ignored", SAFETY_WINDOW,
+        "The decision judges lateness against the default window of 3,600 s, not the generation's configured one.",
+        (Edit("processor.py", "evaluation = evaluate(generation.timing, cursor, cutoff, generation.safety_window)",
+              "evaluation = evaluate(generation.timing, cursor, cutoff, timedelta(seconds=3600))"),),
+        slice=("safety-window-sides",)),
+    Mutant(
+        "maximum-schedules-ignored", BOUNDED,
+        "A pass claims every due schedule, whatever maximum_schedules it was asked for.",
+        (Edit("processor.py", "        for _ in range(request.maximum_schedules):\n",
+              "        for _ in range(max(request.maximum_schedules, 64)):\n"),),
+        slice=("safety-window-sides",)),
+    Mutant(
+        "empty-pass-fails", EMPTY_PASS,
+        "A pass whose claim finds nothing due answers `fail` (nothing to do) instead of `ok` with zero counts.",
+        (Edit("processor.py", "            if claim is None:\n                break\n",
+              "            if claim is None:\n                if counts.claimed == 0:\n"
+              "                    raise LeaseLost(\"nothing is due\")\n                break\n"),),
+        slice=("safety-window-sides", "clock-behind-cursor")),
+    Mutant(
+        "cancel-after-claim", CANCEL_LEASE,
+        "A cancelled pass claims the next lease before it looks at the cancellation, then stops and leaves that "
+        "lease held until it expires.",
+        (Edit("processor.py", "            if cancel is not None and cancel.cancelled:\n                break\n"
+              "            try:\n                claim = self._retrying(",
+              "            try:\n                claim = self._retrying("),
+         Edit("processor.py", "            if claim is None:\n                break\n            counts.claimed += 1\n",
+              "            if claim is None:\n                break\n            counts.claimed += 1\n"
+              "            if cancel is not None and cancel.cancelled:\n                break\n")),
+        slice=("cancel-between-leases",)),
+    Mutant(
+        "behind-cursor-suspends", BEHIND_CURSOR,
+        "A cutoff behind the cursor (the server clock went back) is taken for a clock anomaly and suspends the "
+        "schedule instead of being a no-op.",
+        (Edit("evaluator.py", '    if cutoff <= cursor:\n        return NoOp("cutoff-not-after-cursor")\n',
+              '    if cutoff < cursor:\n        return Anomaly(cursor, cutoff, cursor - cutoff, safety_window)\n'
+              '    if cutoff == cursor:\n        return NoOp("cutoff-not-after-cursor")\n'),),
+        slice=("clock-behind-cursor",)),
+    Mutant(
+        "cursor-end-included", CUTOFF,
+        "The decision evaluates [cursor_utc, cutoff_utc]: an instant the cursor stands exactly on is due again.",
+        (Edit("evaluator.py", "    first = next_after(timing, cursor)\n    if first is None or first > cutoff:\n",
+              "    cursor = cursor - MICROSECOND\n    first = next_after(timing, cursor)\n"
+              "    if first is None or first > cutoff:\n"),),
+        slice=("cutoff-on-instant",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

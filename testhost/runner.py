@@ -27,6 +27,7 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
+from .checks import empty_pass, pass_bounded, pass_leaves_no_lease
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .components import find_libfaketime
@@ -187,6 +188,7 @@ class CaseRun:
         self.count_windows: list[dict] = []
         self._window: dict | None = None
         self._window_lock = threading.Lock()
+        self._expecting = False  # a pass whose step expects an answer (a refused lease) is being asked
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
 
     @property
@@ -558,7 +560,11 @@ class CaseRun:
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
                 before = self._dispatch_rows()
-                response = self._ask(self.impls[labels[0]], "process-due", request)
+                self._expecting = True
+                try:
+                    response = self._ask(self.impls[labels[0]], "process-due", request)
+                finally:
+                    self._expecting = False
                 self._record(response, "process-due", labels[0])
                 after = self._dispatch_rows()
                 refused_but_changed = ({"before": before, "after": after}
@@ -756,7 +762,7 @@ class CaseRun:
         """One request to an implementation, kept in `answers` with what committed while it ran."""
         counting = op == "process-due"
         if counting:
-            self._open_window()
+            self._open_window(args)
         asked = self._asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
         response = None
         try:
@@ -784,13 +790,22 @@ class CaseRun:
                 return event["event"]
         return None
 
-    def _open_window(self) -> None:
+    def _open_window(self, args: dict | None = None) -> None:
         """A `process-due` request is about to be sent: read the facts first unless another pass is in flight."""
         with self._window_lock:
             if self._window is None:
                 self._window = {"before": self._count_facts(), "answers": [], "faults": [], "during": self._during(),
-                                "in_flight": 0}
+                                "in_flight": 0, "leases_before": self._lease_facts(), "requests": [],
+                                # no fault yet in this case, and no answer the step expects (a refused lease)
+                                "clean": self.injection is None and not self._expecting}
             self._window["in_flight"] += 1
+            self._window["requests"].append(dict(args or {}))
+
+    def _lease_facts(self) -> dict:
+        """Per dispatch row: its lease state and lease generation, to tell a lease a pass took and left held."""
+        with self.owner() as conn:
+            return {str(r["dispatch_id"]): (r["lease_state"], r["lease_generation"]) for r in conn.execute(
+                "select dispatch_id, lease_state, lease_generation from appsurface_durable.schedule_dispatch")}
 
     def _close_window(self, impl: Implementation, response: Response | None) -> None:
         """A `process-due` answer came (or none: the request broke): the last one in flight reads the facts again."""
@@ -802,8 +817,10 @@ class CaseRun:
             if window["in_flight"]:
                 return
             self._window = None
+            window["clean"] = window["clean"] and self.injection is None
             try:
                 window["after"] = self._count_facts()
+                window["leases_after"] = self._lease_facts()
             except Exception as exc:  # noqa: BLE001 - the facts are unknown; the window is not compared
                 window["after"], window["unread"] = None, f"{type(exc).__name__}: {exc}"
             self.count_windows.append(window)
@@ -994,7 +1011,8 @@ class CaseRun:
         clock = self.bridge_clock
         if clock is not None:
             clock.join()
-        return [process_counts(self.count_windows),
+        return [process_counts(self.count_windows), pass_bounded(self.count_windows), empty_pass(self.count_windows),
+                pass_leaves_no_lease(self.count_windows),
                 work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
                                promised=clock is not None and self.plan.fault is None,
                                attempts=clock.attempts if clock else 0, frozen=frozenset(self.frozen_instants))]

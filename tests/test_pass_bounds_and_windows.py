@@ -1,0 +1,128 @@
+"""Issue 18's escapes of the bounded pass, the safety window and the cutoff behind the cursor: the pure window
+checks (passing and failing), and real cases where each new check passes the reference and the Go example and
+fires on its mutant of the reference, naming its own rule."""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mutants.catalog import BY_NAME
+from scenarios.model import load_catalog
+from testhost.checks import CHECKS, empty_pass, pass_bounded, pass_leaves_no_lease
+from testhost.runner import CasePlan, run_case
+
+GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
+FACTS = ("claimed", "occurrences", "materialized", "suspended", "recovery_skipped")
+
+
+def _window(claimed, *, requests=({},), outcomes=("ok",), faults=(), clean=True, leases_before=None,
+            leases_after=None):
+    """A counting window whose claims moved by `claimed`, with the requests sent and the lease rows seen."""
+    before = {n: 0 for n in FACTS}
+    return {"before": before, "after": {**before, "claimed": claimed}, "requests": [dict(r) for r in requests],
+            "answers": [{"instance": label, "outcome": o, "value": {}} for label, o in zip("AB", outcomes)],
+            "faults": list(faults), "during": "step 5 (process)", "clean": clean,
+            "leases_before": leases_before or {}, "leases_after": leases_after or {}}
+
+
+def test_the_new_checks_are_registered_with_their_spec_sentences_and_on_the_protocol_page():
+    from barriers.render import render
+    page = render()
+    for name in ("pass-bounded", "empty-pass-ok", "pass-leaves-no-lease", "anomaly-only-past-the-window",
+                 "behind-cursor-no-op"):
+        assert f"| `{name}` | {CHECKS[name]} |" in page
+    assert "processes at most MaximumSchedules schedules (default 1)" in CHECKS["pass-bounded"]
+    assert "returns zero counts for an empty pass" in CHECKS["empty-pass-ok"]
+    assert "observes cancellation before starting the next lease" in CHECKS["pass-leaves-no-lease"]
+    assert CHECKS["behind-cursor-no-op"].startswith("A cutoff at or behind the cursor is a no-op.")
+
+
+def test_a_pass_that_claims_more_than_it_was_allowed_fails_and_racers_are_held_to_their_sum():
+    assert pass_bounded([_window(1)]).ok
+    over = pass_bounded([_window(2)])
+    assert not over.ok and over.evidence[0]["claims_committed"] == 2 and over.evidence[0]["allowed"] == 1
+    assert pass_bounded([_window(3, requests=({"maximum_schedules": 3},))]).ok
+    cancelled = pass_bounded([_window(2, requests=({"maximum_schedules": 3, "cancel_after": 1},))])
+    assert not cancelled.ok and cancelled.evidence[0]["allowed"] == 1
+    assert pass_bounded([_window(2, requests=({}, {}), outcomes=("ok", "ok"))]).ok
+    # a takeover processor claims inside a pause's window: not held to the paused request's bound
+    paused = pass_bounded([_window(2, faults=("pause",))])
+    assert paused.ok and paused.rows == 0
+
+
+def test_an_empty_pass_must_answer_ok_before_any_fault_and_unless_a_refusal_is_expected():
+    assert empty_pass([_window(0)]).ok and empty_pass([_window(0)]).rows == 1
+    wrong = empty_pass([_window(0, outcomes=("fail",))])
+    assert not wrong.ok and wrong.evidence[0]["answers"][0]["outcome"] == "fail"
+    assert empty_pass([_window(1, outcomes=("fail",))]).rows == 0  # it claimed: `outcome-honesty` judges a fail
+    # after a fault (or where the step expects a refusal) a failing empty pass is not judged here
+    assert empty_pass([_window(0, outcomes=("fail",), clean=False)]).ok
+
+
+def test_a_lease_a_pass_took_and_left_held_fails_and_one_taken_before_it_does_not():
+    taken = {"d1": ("ready", 0), "d2": ("ready", 0)}
+    released = pass_leaves_no_lease([_window(1, leases_before=taken,
+                                             leases_after={"d1": ("ready", 1), "d2": ("ready", 0)})])
+    assert released.ok and released.rows == 1
+    left = pass_leaves_no_lease([_window(2, leases_before=taken,
+                                         leases_after={"d1": ("ready", 1), "d2": ("leased", 1)})])
+    assert not left.ok and left.evidence[0]["leases_left_held"] == ["d2"]
+    older = pass_leaves_no_lease([_window(0, leases_before={"d1": ("leased", 4)}, leases_after={"d1": ("leased", 4)})])
+    assert older.ok and older.rows == 0
+    faulted = _window(1, clean=False, leases_before=taken, leases_after={"d1": ("leased", 1), "d2": ("ready", 0)})
+    assert pass_leaves_no_lease([faulted]).ok
+
+
+# -- real cases ------------------------------------------------------------------------------------------------
+
+def _run(world, tmp_path, plan: CasePlan, command: str):
+    scenario = next(s for s in load_catalog() if s.name == plan.scenario)
+    outcome = run_case(world, scenario, plan, command, tmp_path)
+    return outcome, {c.name: c for c in outcome.checks}
+
+
+def _python(module_args: str) -> str:
+    return f"{shlex.quote(sys.executable)} -m {module_args}"
+
+
+@pytest.fixture(scope="module")
+def go_built():
+    built = subprocess.run([str(GO), "--build-only"], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    return str(GO)
+
+
+@pytest.mark.parametrize("impl", ["reference", "go"])
+def test_both_implementations_pass_the_window_sides_and_the_cursor_behind(world, tmp_path, impl, request):
+    command = _python("reference.adapter") if impl == "reference" else request.getfixturevalue("go_built")
+    sides, checks = _run(world, tmp_path, CasePlan("safety-window-sides"), command)
+    assert sides.verdict == "pass", sides.reason
+    assert checks["anomaly-only-past-the-window"].rows == 1  # the narrow schedule's suspension, judged
+    assert checks["pass-bounded"].rows == 3 and checks["empty-pass-ok"].rows == 1
+    assert sides.picture["wide"]["lifecycle"] == "active" and sides.picture["narrow"]["suspension"] == "clock-anomaly"
+    behind, checks = _run(world, tmp_path, CasePlan("clock-behind-cursor"), command)
+    assert behind.verdict == "pass", behind.reason
+    assert checks["behind-cursor-no-op"].rows == 3 and checks["empty-pass-ok"].rows == 1
+    # the requeued pass claimed while the clock stood an hour behind the cursor, and bridged the coalesced one
+    kinds = [(o[1], o[4]) for o in behind.picture["pulse"]["occurrences"]]
+    assert kinds == [("coalesced", "materialized"), ("coalesced", "pending"), ("nominal", "materialized")]
+    cancel, checks = _run(world, tmp_path, CasePlan("cancel-between-leases"), command)
+    assert cancel.verdict == "pass", cancel.reason
+    assert checks["pass-leaves-no-lease"].rows == 4
+
+
+@pytest.mark.parametrize("mutant, scenario, check", [
+    ("safety-window-ignored", "safety-window-sides", "anomaly-only-past-the-window"),
+    ("maximum-schedules-ignored", "safety-window-sides", "pass-bounded"),
+    ("empty-pass-fails", "clock-behind-cursor", "empty-pass-ok"),
+    ("cancel-after-claim", "cancel-between-leases", "pass-leaves-no-lease"),
+    ("behind-cursor-suspends", "clock-behind-cursor", "behind-cursor-no-op"),
+])
+def test_each_mutant_fails_its_own_check_naming_its_sentence(world, tmp_path, mutant, scenario, check):
+    outcome, checks = _run(world, tmp_path, CasePlan(scenario), _python(f"mutants {mutant}"))
+    assert outcome.verdict == "fail" and check in outcome.reason.split(", "), outcome.reason
+    assert not checks[check].ok and checks[check].evidence
+    assert BY_NAME[mutant].rule in checks[check].rule
