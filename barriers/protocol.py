@@ -407,6 +407,12 @@ NORMATIVE = (
         "step expects a refusal, and a pass that answered leaves no lease it took held: every dispatch row whose "
         "lease generation moved while it ran is `ready` once it answered, so cancellation is looked at before "
         "the next claim, not after it (`pass-leaves-no-lease`).",
+        "The processor is passive: it runs a pass only while a `process-due` request is in flight, never on a "
+        "timer or a thread of its own. A barrier reported while no request is in flight is answered `continue` "
+        "at once and fails the case, and so does a claim, an occurrence decided or linked, a skipped range or a "
+        "suspension that commits across steps in which the host sent no `process-due` (`passive-processor`; in "
+        "scenario `safety-window-sides` an `advance` with `quiet_s` leaves 1.5 s of wall time with two schedules "
+        "due and nothing asked, in the fault-free run).",
         "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "
         "`CRASHPROOF_DEADLINE_S`, give up on it and close that connection. The host holds a lost COMMIT reply "
         "for the deadline plus {margin} s (at the first hit of each before-commit barrier in the scenarios tagged "

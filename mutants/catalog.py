@@ -39,6 +39,7 @@ SAFETY_WINDOW = ("A forward cutoff inside the configured safety window creates o
 BOUNDED = "processes at most MaximumSchedules schedules (default 1)"
 EMPTY_PASS = "returns zero counts for an empty pass"
 BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
+PASSIVE = "PostgreSqlDurableScheduleProcessor is provider-specific and passive."
 CANCEL_LEASE = "observes cancellation before starting the next lease"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
@@ -302,6 +303,38 @@ MUTANTS: tuple[Mutant, ...] = (
               "    cursor = cursor - MICROSECOND\n    first = next_after(timing, cursor)\n"
               "    if first is None or first > cutoff:\n"),),
         slice=("cutoff-on-instant",)),
+    Mutant(
+        "hosted-processor", PASSIVE,
+        "The adapter hosts its processor: once no request has come for half a second, a thread of its own runs "
+        "passes (reporting no barrier), so due schedules are decided with nothing asked.",
+        (Edit("adapter.py", "import json\n", "import json\nimport threading\nimport time\n"),
+         Edit("adapter.py", '        """Report the hit and block until the host answers; the host may kill us meanwhile."""\n',
+              '        """Report the hit and block until the host answers; the host may kill us meanwhile."""\n'
+              "        if threading.current_thread() is not threading.main_thread():\n            return\n"),
+         Edit("adapter.py", '            if request.get("type") == "shutdown":\n                break\n'
+              "            self.send(self.respond(request))\n",
+              '            if request.get("type") == "shutdown":\n                break\n'
+              "            self._idle_since = None\n            self.send(self.respond(request))\n"
+              "            self._idle_since = time.monotonic()\n"),
+         Edit("adapter.py", "        for line in self.stdin:\n            if not line.strip():\n",
+              "        self._idle_since = time.monotonic()\n"
+              "        threading.Thread(target=self._hosted, daemon=True).start()\n"
+              "        for line in self.stdin:\n            if not line.strip():\n"),
+         Edit("adapter.py", "\ndef main() -> int:\n",
+              "    def _hosted(self) -> None:\n"
+              "        processor = ScheduleProcessor(self.runtime_dsn, self.dispatcher_dsn, deadline=self.deadline)\n"
+              "        while True:\n"
+              "            time.sleep(0.1)\n"
+              "            idle = self._idle_since\n"
+              "            if idle is None or time.monotonic() - idle < 0.5:\n"
+              "                continue\n"
+              "            try:\n"
+              "                processor.process_due(ProcessRequest(maximum_schedules=64, "
+              "lease_duration=timedelta(seconds=2)))\n"
+              "            except Exception:  # noqa: BLE001\n"
+              "                pass\n"
+              "\n\ndef main() -> int:\n")),
+        slice=("safety-window-sides",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

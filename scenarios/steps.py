@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -318,11 +319,17 @@ lifecycle = "active"
 
 # -- the clock ---------------------------------------------------------------------------------------------
 
+QUIET_LIMIT_S = 5.0  # a quiet stretch costs its wall time in the fault-free run
+
+
 @step_kind
 class Advance(StepKind):
     op = "advance"
     summary = "Move the server clock by a number of seconds (negative: backwards); it keeps running from there."
-    fields = (Field("seconds", (int, float), "how far to move the clock", required=True),)
+    fields = (Field("seconds", (int, float), "how far to move the clock", required=True),
+              Field("quiet_s", (int, float), "then, in the fault-free run only, wait this many seconds of wall time "
+                    "asking the implementation nothing (at most 5): a passive processor changes nothing and reports "
+                    "no barrier meanwhile (`passive-processor`)"))
     example = '''description = "Time passes."
 [[steps]]
 op = "create"
@@ -340,8 +347,18 @@ op = "process"
 works = 1
 '''
 
+    def validate(self, args, context):
+        quiet = args.get("quiet_s", 1)
+        if isinstance(quiet, bool) or not 0 < quiet <= QUIET_LIMIT_S:
+            raise StepError(f"quiet_s must be more than 0 and at most {QUIET_LIMIT_S:g} seconds")
+
     def run(self, case, step):
         case.advance(timedelta(seconds=step.args["seconds"]))
+        if "quiet_s" in step.args and case.plan.fault is None:
+            # Time passes on the running server clock with nothing asked; faulted runs skip it (it costs wall time
+            # in every case, and one fault-free run shows a processor that acts on its own).
+            case.note("quiet", seconds=step.args["quiet_s"])
+            time.sleep(step.args["quiet_s"])
 
     def replay(self, replay, step, skip):
         replay.now += timedelta(seconds=step.args["seconds"])

@@ -1124,3 +1124,36 @@ def _open_at_cursor(state: StoreState):
                 evidence.append({"decided_again_at_or_before_the_cursor": b, "cursor_from_the_decision_before": a,
                                  "cursor_utc": instant_text(at_a)})
     return evidence, sum(len(r) for r in decisions.values())
+
+
+PASSIVE = rule_of(
+    "passive-processor",
+    "PostgreSqlDurableScheduleProcessor is provider-specific and passive. (Nothing happens without a request: no "
+    "barrier is reported while no request is in flight, and across the steps in which the host asked for no "
+    "`process-due` pass nothing only a processor writes changes: no claim, no occurrence decided or linked, no "
+    "skipped range, no suspension. A quiet stretch (`advance` with `quiet_s`) gives a processor that runs on its "
+    "own the time to show it.)")
+PROCESSOR_KEYS = ("occurrences", "last_decided", "skipped", "linked")
+
+
+def passive_processor(observations: list[tuple[int, dict]], impls: list) -> CheckResult:
+    """Barriers every started copy reported outside a request, and the processor's facts between consecutive
+    observed states with no `process-due` asked in between (a restore, which puts rows back, excepted)."""
+    evidence = [{"instance": impl.label, "barrier_without_request": hit} for impl in impls for hit in impl.unsolicited]
+    rows = sum(len(impl.unsolicited) for impl in impls)
+    for (step_a, seen_a), (step_b, seen_b) in _consecutive(observations):
+        if seen_a.get("passes_asked") is None or seen_a["passes_asked"] != seen_b.get("passes_asked"):
+            continue
+        rows += 1
+        changed = {k: [v, seen_b["processor"].get(k)] for k, v in seen_a["processor"].items()
+                   if seen_b["processor"].get(k) != v}
+        for schedule_id, before in seen_a["cursors"].items():
+            after = seen_b["cursors"].get(schedule_id) or {}
+            moved = {k: [_seen_text(before.get(k)), _seen_text(after.get(k))] for k in PROCESSOR_KEYS
+                     if before.get(k) != after.get(k)}
+            if moved:
+                changed[schedule_id] = moved
+        if changed:
+            evidence.append({"after_step": step_a + 1, "at_step": step_b + 1, "passes_asked_meanwhile": 0,
+                             "changed": changed})
+    return CheckResult("passive-processor", PASSIVE, not evidence, evidence, rows)

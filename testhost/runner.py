@@ -27,7 +27,7 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
-from .checks import empty_pass, pass_bounded, pass_leaves_no_lease
+from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .components import find_libfaketime
@@ -189,6 +189,7 @@ class CaseRun:
         self._window: dict | None = None
         self._window_lock = threading.Lock()
         self._expecting = False  # a pass whose step expects an answer (a refused lease) is being asked
+        self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
 
     @property
@@ -365,6 +366,11 @@ class CaseRun:
                 "appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id "
                 "and o.work_id is not null) as linked "
                 "from appsurface_durable.schedule_definitions d").fetchall()
+            # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it.
+            processor_facts = dict(conn.execute(
+                "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
+                "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
+                "as suspended").fetchone())
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},
@@ -375,7 +381,8 @@ class CaseRun:
                                                        if s.lifecycle == "suspended" and s.suspension in FENCE_REASONS
                                                        and name in self.schedule_ids},
                                             # a restore put older rows back: not a move of this timeline
-                                            "restored": self.restored_at_step}))
+                                            "restored": self.restored_at_step,
+                                            "passes_asked": self.passes_asked, "processor": processor_facts}))
         self.restored_at_step = False
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
@@ -800,6 +807,7 @@ class CaseRun:
                                 "clean": self.injection is None and not self._expecting}
             self._window["in_flight"] += 1
             self._window["requests"].append(dict(args or {}))
+            self.passes_asked += 1
 
     def _lease_facts(self) -> dict:
         """Per dispatch row: its lease state and lease generation, to tell a lease a pass took and left held."""
@@ -945,6 +953,7 @@ class CaseRun:
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
+            checks.append(passive_processor(self.coalesced_seen, self.started))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)

@@ -126,3 +126,70 @@ def test_each_mutant_fails_its_own_check_naming_its_sentence(world, tmp_path, mu
     assert outcome.verdict == "fail" and check in outcome.reason.split(", "), outcome.reason
     assert not checks[check].ok and checks[check].evidence
     assert BY_NAME[mutant].rule in checks[check].rule
+
+
+# -- the passive processor ------------------------------------------------------------------------------------
+
+ADAPTERS = Path(__file__).resolve().parent / "adapters"
+
+
+def _seen(asked, claims=0, occurrences=0):
+    return {"passes_asked": asked, "processor": {"claims": claims, "suspended": 0},
+            "cursors": {"s1": {"occurrences": occurrences, "last_decided": None, "skipped": 0, "linked": 0}}}
+
+
+class _Impl:
+    def __init__(self, unsolicited=()):
+        self.label, self.unsolicited = "A", list(unsolicited)
+
+
+def test_facts_that_changed_with_no_pass_asked_fail_and_a_pass_in_between_excuses_them():
+    from testhost.checks import passive_processor
+    quiet = passive_processor([(0, _seen(1, 1, 1)), (1, _seen(1, 1, 1))], [_Impl()])
+    assert quiet.ok and quiet.rows == 1
+    on_its_own = passive_processor([(0, _seen(1, 1, 1)), (1, _seen(1, 2, 2))], [_Impl()])
+    assert not on_its_own.ok
+    assert on_its_own.evidence[0]["changed"] == {"claims": [1, 2], "s1": {"occurrences": [1, 2]}}
+    asked = passive_processor([(0, _seen(1, 1, 1)), (1, _seen(2, 2, 2))], [_Impl()])
+    assert asked.ok and asked.rows == 0
+    restored = _seen(1, 0, 0)
+    restored["restored"] = True  # a restore puts older rows back: no move of the timeline
+    assert passive_processor([(0, _seen(1, 1, 1)), (1, restored)], [_Impl()]).ok
+    barrier = passive_processor([], [_Impl([{"barrier": "schedule-claim-before-commit"}])])
+    assert not barrier.ok and barrier.evidence[0]["barrier_without_request"]["barrier"] == "schedule-claim-before-commit"
+
+
+def test_quiet_s_is_checked_when_the_file_is_read():
+    from scenarios.model import ScenarioError, parse
+    base = 'description = "x"\n[[steps]]\nop = "advance"\nseconds = 1\n'
+    assert parse("x", base + "quiet_s = 1.5\n").steps[0].args["quiet_s"] == 1.5
+    for bad in ("0", "6", "true", '"1"'):
+        with pytest.raises(ScenarioError):
+            parse("x", base + f"quiet_s = {bad}\n")
+
+
+def test_the_quiet_stretch_runs_in_the_fault_free_run_only(world, tmp_path):
+    outcome, checks = _run(world, tmp_path, CasePlan("safety-window-sides"), _python("reference.adapter"))
+    assert [e["seconds"] for e in outcome.timeline if e["event"] == "quiet"] == [1.5]
+    assert checks["passive-processor"].ok and checks["passive-processor"].rows == 3  # the steps before the first pass
+    faulted, _ = _run(world, tmp_path, CasePlan("safety-window-sides", "schedule-claim-after-commit", "kill", 1),
+                      _python("reference.adapter"))
+    assert faulted.verdict == "pass", faulted.reason
+    assert not [e for e in faulted.timeline if e["event"] == "quiet"]
+
+
+def test_a_processor_that_runs_on_its_own_is_caught_by_the_facts_that_moved_while_nothing_was_asked(world, tmp_path):
+    outcome, checks = _run(world, tmp_path, CasePlan("safety-window-sides"), _python("mutants hosted-processor"))
+    assert outcome.verdict == "fail" and "passive-processor" in outcome.reason.split(", "), outcome.reason
+    [moved] = [e for e in checks["passive-processor"].evidence if "changed" in e]
+    assert moved["at_step"] == 4 and moved["changed"]["claims"][1] > moved["changed"]["claims"][0]
+    assert BY_NAME["hosted-processor"].rule in checks["passive-processor"].rule
+
+
+def test_a_barrier_reported_with_no_request_in_flight_is_answered_and_fails_the_case(world, tmp_path):
+    command = f"{shlex.quote(sys.executable)} {ADAPTERS / 'unsolicited_barrier.py'}"
+    outcome, checks = _run(world, tmp_path, CasePlan("at-single"), command)
+    assert outcome.verdict == "fail" and outcome.reason == "passive-processor", outcome.reason
+    [hit] = checks["passive-processor"].evidence
+    assert hit["barrier_without_request"]["barrier"] == "schedule-claim-before-commit"
+    assert hit["barrier_without_request"]["context"] == {"schedule_id": "on-its-own"}
