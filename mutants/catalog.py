@@ -335,6 +335,22 @@ MUTANTS: tuple[Mutant, ...] = (
               "                pass\n"
               "\n\ndef main() -> int:\n")),
         slice=("safety-window-sides",)),
+    Mutant(
+        "anomaly-leaves-no-evidence", EVIDENCE,
+        "A clock-anomaly suspension writes no schedule_history row (other suspensions and skipped ranges still do).",
+        (Edit("processor.py", '        s.defer(query("schedule", "record_history"), {"schedule_id": '
+              'definition["schedule_id"], "event": event,\n',
+              '        if detail.get("reason") == "clock-anomaly":\n            return\n'
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": '
+              'definition["schedule_id"], "event": event,\n'),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "anomaly-evidence-without-cursor", EVIDENCE,
+        "A clock-anomaly suspension's history detail leaves out the cursor it kept.",
+        (Edit("processor.py", '                "cursor_utc": canonical_instant(cursor), "cutoff_utc": '
+              'canonical_instant(cutoff),\n',
+              '                "cutoff_utc": canonical_instant(cutoff),\n'),),
+        slice=("anomaly-suspends",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -265,7 +265,10 @@ def _suspension_cursor(state: StoreState):
         if h["event"] == "suspended" and h["detail"].get("reason") == "clock-anomaly":
             rows += 1
             d = state.definition(h["schedule_id"])
-            recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
+            try:
+                recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
+            except (KeyError, AttributeError, TypeError, ValueError):
+                continue  # evidence without its cursor: `processor-history` names it
             if d["lifecycle_state"] == "suspended" and d["cursor_utc"] != recorded:
                 evidence.append({"cursor_moved_while_suspended": d, "cursor_at_suspension": recorded})
     return evidence, rows
@@ -771,7 +774,8 @@ HISTORY_ROWS = rule_of(
     "create a new Schedule identity after resolving the cause. (The processor writes one schedule_history "
     "row `suspended` with detail.reason in the transaction that suspends, and one `recovery-skipped` with "
     "detail.first_nominal_utc and detail.last_nominal_utc in the transaction that skips a recovery range; "
-    "other history rows are free.)")
+    "other history rows are free. A `clock-anomaly` suspension's detail also holds cursor_utc, the unchanged "
+    "cursor as an RFC 3339 instant.)")
 PROCESSOR_EVENTS = ("suspended", "recovery-skipped")
 
 
@@ -804,7 +808,18 @@ def history_agreement(state: StoreState, schedule_ids: dict[str, Any], model) ->
         got = [_history_event(h) for h in written]
         if got != expected:
             evidence.append({"schedule": name, "history": got, "model": expected})
+        evidence += [{"schedule": name, "clock_anomaly_evidence_without_cursor_utc": h} for h in written
+                     if _history_event(h) == ("suspended", "clock-anomaly") and not _readable_cursor(h)]
     return CheckResult("processor-history", HISTORY_ROWS, not evidence, evidence, rows)
+
+
+def _readable_cursor(row: dict) -> bool:
+    """Whether a clock-anomaly suspension's detail holds the unchanged cursor as an RFC 3339 instant."""
+    try:
+        _instant((row["detail"] or {})["cursor_utc"])
+        return True
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return False
 
 
 BESIDE_BARRIER = rule_of(

@@ -193,3 +193,18 @@ def test_a_barrier_reported_with_no_request_in_flight_is_answered_and_fails_the_
     [hit] = checks["passive-processor"].evidence
     assert hit["barrier_without_request"]["barrier"] == "schedule-claim-before-commit"
     assert hit["barrier_without_request"]["context"] == {"schedule_id": "on-its-own"}
+
+
+# -- the clock anomaly's durable evidence ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mutant", ["anomaly-leaves-no-evidence", "anomaly-evidence-without-cursor"])
+def test_a_clock_anomaly_without_its_evidence_fails_processor_history_not_the_harness(world, tmp_path, mutant):
+    outcome, checks = _run(world, tmp_path, CasePlan("anomaly-suspends"), _python(f"mutants {mutant}"))
+    assert outcome.verdict == "fail" and "processor-history" in outcome.reason.split(", "), outcome.reason
+    assert BY_NAME[mutant].rule in checks["processor-history"].rule
+    evidence = checks["processor-history"].evidence
+    if mutant == "anomaly-leaves-no-evidence":
+        assert evidence[0]["history"] == [] and evidence[0]["model"] == [("suspended", "clock-anomaly")]
+    else:  # the row is there, its cursor is not: named, where the cursor check once raised KeyError
+        assert "cutoff_utc" in evidence[0]["clock_anomaly_evidence_without_cursor_utc"]["detail"]
+        assert checks["suspension-keeps-the-cursor"].ok
