@@ -347,6 +347,14 @@ NORMATIVE = (
         "A new generation supersedes the pending occurrences of older ones; nothing is materialized for a "
         "superseded occurrence or while the schedule is suspended "
         "(`nothing-materialized-for-superseded-or-suspended`).",
+        "A Work that reaches terminal truth while a pending coalesced occurrence waits requeues the schedule in "
+        "the same transaction (the schema's trigger sets `due_at_utc` to its transaction time, and "
+        "`claimable_at_utc` too unless a lease is held). A pass that holds the lease then must not write a later "
+        "due time over that requeue when it releases: after every step, an active schedule with a pending "
+        "coalesced occurrence of its active generation, no nonterminal Work in its slot and no lease held is "
+        "claimable at once (`requeue-kept`). Scenario `coalesce-terminal-callback` finishes the Work from the "
+        "host's own session at `schedule-decision-after-commit`, right after a decision coalesced an instant "
+        "behind it: a release in a transaction of its own after that barrier must look again.",
     )),
     Section("Work identity and payload", (
         "The canonical occurrence identity is the text `scope_id|schedule_id|generation|kind|first_nominal_utc` "

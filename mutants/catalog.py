@@ -40,6 +40,7 @@ BOUNDED = "processes at most MaximumSchedules schedules (default 1)"
 EMPTY_PASS = "returns zero counts for an empty pass"
 BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
 PASSIVE = "PostgreSqlDurableScheduleProcessor is provider-specific and passive."
+REQUEUE = "If one exists, it requeues the Schedule dispatch row in that same transaction."
 CANCEL_LEASE = "observes cancellation before starting the next lease"
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
@@ -351,6 +352,26 @@ MUTANTS: tuple[Mutant, ...] = (
               'canonical_instant(cutoff),\n',
               '                "cutoff_utc": canonical_instant(cutoff),\n'),),
         slice=("anomaly-suspends",)),
+    Mutant(
+        "release-overwrites-requeue", REQUEUE,
+        "The lease is released in a transaction of its own after the decision, with the due time the decision "
+        "computed, so a Work that reached terminal truth in between has its requeue written over.",
+        (Edit("processor.py", "        decided = ProcessCounts()\n",
+              "        decided = ProcessCounts()\n        self._release_later = None\n"),
+         Edit("processor.py", "        if not may_bridge:\n"
+              "            self._release(s, dispatch, next_after(generation.timing, cursor))\n",
+              "        if not may_bridge:\n"
+              "            self._release_later = {\"dispatch_id\": dispatch[\"dispatch_id\"], "
+              "\"due_at_utc\": next_after(generation.timing, cursor)}\n"),
+         Edit("processor.py", '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              "        if not bridge:\n            return\n",
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              "        if not bridge:\n"
+              "            if self._release_later is not None:\n"
+              "                with self.runtime.scoped(scope_id, self.runtime_role) as s:\n"
+              '                    s.execute(query("schedule", "release_lease"), self._release_later)\n'
+              "            return\n")),
+        slice=("coalesce-terminal-callback",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -1172,3 +1172,26 @@ def passive_processor(observations: list[tuple[int, dict]], impls: list) -> Chec
             evidence.append({"after_step": step_a + 1, "at_step": step_b + 1, "passes_asked_meanwhile": 0,
                              "changed": changed})
     return CheckResult("passive-processor", PASSIVE, not evidence, evidence, rows)
+
+
+REQUEUE_KEPT = rule_of(
+    "requeue-kept",
+    "If one exists, it requeues the Schedule dispatch row in that same transaction. (Seen after every step: an "
+    "active schedule whose active generation has a pending coalesced occurrence, while no nonterminal Work holds "
+    "its slot and no lease is held, is claimable at once; a lease release that wrote a later due time over the "
+    "requeue leaves it waiting for another interval.)")
+
+
+def requeue_kept(observations: list[tuple[int, dict]]) -> CheckResult:
+    """In the state seen after every step: each schedule a requeue must have made claimable, against its timing."""
+    evidence = []
+    rows = 0
+    for step, seen in observations:
+        for schedule_id, row in (seen.get("requeued") or {}).items():
+            rows += 1
+            if row["claimable_at_utc"] is None or row["claimable_at_utc"] > row["server_now"]:
+                evidence.append({"after_step": step + 1, "schedule_id": schedule_id,
+                                 "claimable_at_utc": _seen_text(row["claimable_at_utc"]),
+                                 "server_now": _seen_text(row["server_now"]),
+                                 "waiting": "a pending coalesced occurrence with its slot free"})
+    return CheckResult("requeue-kept", REQUEUE_KEPT, not evidence, evidence, rows)

@@ -18,7 +18,7 @@ from typing import Any
 
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
-from scenarios.steps import STEPS, during_step
+from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step
 
 from . import skew
 from .bridge_clock import BridgeClock
@@ -27,7 +27,7 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
-from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor
+from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor, requeue_kept
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .components import find_libfaketime
@@ -367,6 +367,19 @@ class CaseRun:
                 "and o.work_id is not null) as linked "
                 "from appsurface_durable.schedule_definitions d").fetchall()
             # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it.
+            # Schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
+            # terminal transaction requeued them, so each must be claimable now.
+            requeued = conn.execute(
+                "select d.schedule_id::text as schedule_id, t.claimable_at_utc, clock_timestamp() as server_now "
+                "from appsurface_durable.schedule_definitions d "
+                "join appsurface_durable.schedule_dispatch q on q.schedule_id = d.schedule_id "
+                "join appsurface_durable.schedule_dispatch_timing t on t.dispatch_id = q.dispatch_id "
+                "where d.lifecycle_state = 'active' and q.lease_state = 'ready' and exists (select 1 from "
+                "appsurface_durable.schedule_occurrences p where p.schedule_id = d.schedule_id "
+                "and p.generation = d.active_generation and p.occurrence_kind = 'coalesced' and p.state = 'pending') "
+                "and not exists (select 1 from appsurface_durable.schedule_occurrences o join "
+                "appsurface_durable.work_items w on w.work_id = o.work_id where o.schedule_id = d.schedule_id "
+                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))").fetchall()
             processor_facts = dict(conn.execute(
                 "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
                 "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
@@ -382,7 +395,8 @@ class CaseRun:
                                                        and name in self.schedule_ids},
                                             # a restore put older rows back: not a move of this timeline
                                             "restored": self.restored_at_step,
-                                            "passes_asked": self.passes_asked, "processor": processor_facts}))
+                                            "passes_asked": self.passes_asked, "processor": processor_facts,
+                                            "requeued": {r["schedule_id"]: dict(r) for r in requeued}}))
         self.restored_at_step = False
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
@@ -643,11 +657,14 @@ class CaseRun:
         # A step that commits while the pass is held comes first: the pass must see it (a fence, or a lock it
         # waited for). The model takes it in that order: the step, then the pass again; one that waited keeps the
         # model's pass first and runs once the pass is over.
-        after_pass, self.model = self.model, beside["model_before"]
+        # After a committed decision the pass's decisions came first: the model keeps its pass and takes the step
+        # on top (a Work transition changes eligibility only, docs/protocol-notes.md 29i).
+        after_decision = name in BESIDE_AFTER_DECISION
+        after_pass, self.model = self.model, (self.model if after_decision else beside["model_before"])
         beside["outcome"] = STEPS[step.op].run_beside(self, step)
-        if beside["outcome"] == "committed":
+        if beside["outcome"] == "committed" and not after_decision:
             self.model.pass_(beside["cutoff"], beside["limit"])
-        else:
+        elif beside["outcome"] != "committed":
             self.model = after_pass
         self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])
 
@@ -693,6 +710,32 @@ class CaseRun:
             self._fallback_client = saved
             if client is not None:
                 client.close()
+
+    def work_beside(self, work_id: str, state: str) -> Response | None:
+        """A Work transition through the reference Work store in a session of its own: its response, or None when
+        it waited for a lock (the held pass's dispatch row)."""
+        import psycopg
+
+        from reference import WorkStore
+        from reference.errors import DurableError
+        from reference.problems import Problem
+
+        self.fallbacks.add("complete-work (beside a held barrier)")
+        work = WorkStore(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S + BESIDE_LIMIT_S)
+        try:
+            with _cancelled_when_blocked(work.session.conn, self.store.dsn("postgres")) as waited:
+                try:
+                    row = work.transition(uuid.UUID(work_id), state)
+                except (DurableError, psycopg.Error) as exc:
+                    if waited():
+                        return None
+                    raise FallbackFailed(f"harness fallback could not run complete-work beside the held barrier: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(row, Problem):
+                return Response("fail", problem=row.to_json())
+            return Response("ok", value=protocol_json(row))
+        finally:
+            work.close()
 
     # -- backup and restore -------------------------------------------------------------------------------
 
@@ -954,6 +997,7 @@ class CaseRun:
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
             checks.append(passive_processor(self.coalesced_seen, self.started))
+            checks.append(requeue_kept(self.coalesced_seen))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)

@@ -208,3 +208,78 @@ def test_a_clock_anomaly_without_its_evidence_fails_processor_history_not_the_ha
     else:  # the row is there, its cursor is not: named, where the cursor check once raised KeyError
         assert "cutoff_utc" in evidence[0]["clock_anomaly_evidence_without_cursor_utc"]["detail"]
         assert checks["suspension-keeps-the-cursor"].ok
+
+
+# -- the Work-terminal requeue beside a held pass ---------------------------------------------------------------
+
+def _beside(outcome):
+    return [e for e in outcome.timeline if e["event"] == "beside-barrier" and "instance" in e]
+
+
+def test_a_work_finished_after_the_decision_is_requeued_and_the_release_keeps_it(world, tmp_path):
+    outcome, checks = _run(world, tmp_path, CasePlan("coalesce-terminal-callback"), _python("reference.adapter"))
+    assert outcome.verdict == "pass", outcome.reason
+    assert [(e["barrier"], e["outcome"]) for e in _beside(outcome)] == [("schedule-decision-after-commit",
+                                                                         "committed")]
+    assert "complete-work (beside a held barrier)" in outcome.fallbacks
+    assert checks["requeue-kept"].ok and checks["requeue-kept"].rows == 1  # after the held pass: claimable at once
+
+
+def test_a_release_written_over_the_requeue_fails_requeue_kept(world, tmp_path):
+    outcome, checks = _run(world, tmp_path, CasePlan("coalesce-terminal-callback"),
+                           _python("mutants release-overwrites-requeue"))
+    assert outcome.verdict == "fail" and "requeue-kept" in outcome.reason.split(", "), outcome.reason
+    left = checks["requeue-kept"].evidence
+    # from the held pass on: the next pass found nothing due, and the range waits for another interval
+    assert [e["after_step"] for e in left] == [8, 9]
+    assert all(e["claimable_at_utc"] > e["server_now"] for e in left)
+    assert BY_NAME["release-overwrites-requeue"].rule in checks["requeue-kept"].rule
+
+
+BESIDE_WORK = '''
+[[steps]]
+op = "create"
+schedule = "digest"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "digest" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = 60
+
+[[steps]]
+op = "process"
+during = { barrier = "BARRIER", op = "complete-work", schedule = "digest", nth = 1, state = "STATE" }
+
+[[steps]]
+op = "process"
+'''
+
+
+def test_a_work_transition_beside_a_held_decision_waits_for_its_lock_and_runs_after_the_pass(world, tmp_path):
+    from scenarios.model import parse
+    scenario = parse("work-beside-decision", BESIDE_WORK.replace("BARRIER", "schedule-decision-before-commit")
+                     .replace("STATE", "succeeded"))
+    outcome = run_case(world, scenario, CasePlan(scenario.name), _python("reference.adapter"), tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert [e["outcome"] for e in _beside(outcome)] == ["waited"]  # the decision holds the dispatch row
+    kinds = sorted((o[1], o[4], o[5]) for o in outcome.picture["digest"]["occurrences"])
+    assert kinds == [("coalesced", "materialized", "pending"), ("nominal", "materialized", "succeeded")]
+
+
+def test_a_refused_work_transition_beside_a_held_pass_changes_nothing(world, tmp_path):
+    from scenarios.model import parse
+    scenario = parse("work-beside-refused", BESIDE_WORK.replace("BARRIER", "schedule-decision-after-commit")
+                     .replace("STATE", "pending"))  # no Work may go back to pending: a problem
+    outcome = run_case(world, scenario, CasePlan(scenario.name), _python("reference.adapter"), tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert [e["outcome"] for e in _beside(outcome)] == ["refused"]
+    refused = [e for e in outcome.timeline if e["event"] == "response" and e["op"].startswith("complete-work")]
+    assert [e["outcome"] for e in refused] == ["fail"] and refused[0]["problem"]
+    assert ("coalesced", "pending") in [(o[1], o[4]) for o in outcome.picture["digest"]["occurrences"]]
