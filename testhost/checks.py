@@ -1064,7 +1064,7 @@ def _anomaly_past_window(state: StoreState):
             continue
         rows += 1
         d = state.definition(h["schedule_id"])
-        g = state.generation(h["schedule_id"], h["generation"] if h["generation"] is not None
+        g = state.generation(h["schedule_id"], h["generation"] if h.get("generation") is not None
                              else d["active_generation"])
         try:
             cursor = _instant(detail["cursor_utc"])
@@ -1144,7 +1144,7 @@ def _open_at_cursor(state: StoreState):
 PASSIVE = rule_of(
     "passive-processor",
     "PostgreSqlDurableScheduleProcessor is provider-specific and passive. (Nothing happens without a request: no "
-    "barrier is reported while no request is in flight, and across the steps in which the host asked for no "
+    "barrier is reported while no request is in flight or after its answer, and across the steps in which the host asked for no "
     "`process-due` pass nothing only a processor writes changes: no claim, no occurrence decided or linked, no "
     "skipped range, no suspension. A quiet stretch (`advance` with `quiet_s`) gives a processor that runs on its "
     "own the time to show it.)")
