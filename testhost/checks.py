@@ -1161,7 +1161,7 @@ def passive_processor(observations: list[tuple[int, dict]], impls: list) -> Chec
             continue
         rows += 1
         changed = {k: [v, seen_b["processor"].get(k)] for k, v in seen_a["processor"].items()
-                   if seen_b["processor"].get(k) != v}
+                   if k != "server_now" and seen_b["processor"].get(k) != v}
         for schedule_id, before in seen_a["cursors"].items():
             after = seen_b["cursors"].get(schedule_id) or {}
             moved = {k: [_seen_text(before.get(k)), _seen_text(after.get(k))] for k in PROCESSOR_KEYS
@@ -1179,14 +1179,22 @@ REQUEUE_KEPT = rule_of(
     "If one exists, it requeues the Schedule dispatch row in that same transaction. (Seen after every step: an "
     "active schedule whose active generation has a pending coalesced occurrence, while no nonterminal Work holds "
     "its slot and no lease is held, is claimable at once; a lease release that wrote a later due time over the "
-    "requeue leaves it waiting for another interval.)")
+    "requeue leaves it waiting for another interval. Not judged while the server clock stands behind a time it "
+    "already reached.)")
 
 
 def requeue_kept(observations: list[tuple[int, dict]]) -> CheckResult:
     """In the state seen after every step: each schedule a requeue must have made claimable, against its timing."""
     evidence = []
     rows = 0
+    latest = None  # the server clock's high-water mark over the states seen
     for step, seen in observations:
+        now = (seen.get("processor") or {}).get("server_now")
+        if now is not None:
+            went_back = latest is not None and now < latest
+            latest = now if latest is None else max(latest, now)
+            if went_back:
+                continue  # the clock moved back past a requeue: it is due again once the clock gets there
         for schedule_id, row in (seen.get("requeued") or {}).items():
             rows += 1
             if row["claimable_at_utc"] is None or row["claimable_at_utc"] > row["server_now"]:

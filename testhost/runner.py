@@ -383,7 +383,7 @@ class CaseRun:
             processor_facts = dict(conn.execute(
                 "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
                 "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
-                "as suspended").fetchone())
+                "as suspended, clock_timestamp() as server_now").fetchone())
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},

@@ -283,3 +283,22 @@ def test_a_refused_work_transition_beside_a_held_pass_changes_nothing(world, tmp
     refused = [e for e in outcome.timeline if e["event"] == "response" and e["op"].startswith("complete-work")]
     assert [e["outcome"] for e in refused] == ["fail"] and refused[0]["problem"]
     assert ("coalesced", "pending") in [(o[1], o[4]) for o in outcome.picture["digest"]["occurrences"]]
+
+
+def test_requeue_kept_waits_for_a_clock_that_went_back_and_judges_it_again_once_it_is_ahead():
+    from datetime import datetime, timedelta, timezone
+
+    from testhost.checks import requeue_kept
+    t = datetime(2031, 3, 3, tzinfo=timezone.utc)
+
+    def seen(now_s, claimable_s):
+        now = t + timedelta(seconds=now_s)
+        return {"processor": {"server_now": now}, "requeued": {"s1": {
+            "claimable_at_utc": t + timedelta(seconds=claimable_s), "server_now": now}}}
+    assert requeue_kept([(0, seen(200, 130))]).ok
+    late = requeue_kept([(0, seen(200, 240))])
+    assert not late.ok and late.evidence[0]["after_step"] == 1
+    back = requeue_kept([(0, seen(200, 130)), (1, seen(100, 130)), (2, seen(150, 240))])
+    assert back.ok and back.rows == 1  # the clock stands behind +200 s: not judged
+    again = requeue_kept([(0, seen(200, 130)), (1, seen(100, 130)), (2, seen(260, 240)), (3, seen(270, 300))])
+    assert not again.ok and [e["after_step"] for e in again.evidence] == [4]
