@@ -367,10 +367,14 @@ class CaseRun:
                 "and o.work_id is not null) as linked "
                 "from appsurface_durable.schedule_definitions d").fetchall()
             # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it.
-            # Schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
-            # terminal transaction requeued them, so each must be claimable now.
-            requeued = conn.execute(
-                "select d.schedule_id::text as schedule_id, t.claimable_at_utc, clock_timestamp() as server_now "
+            # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it; and the
+            # schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
+            # terminal transaction requeued them, so each must be claimable now. One statement for both.
+            processor_facts = dict(conn.execute(
+                "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
+                "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
+                "as suspended, clock_timestamp() as server_now, (select coalesce(jsonb_agg(jsonb_build_object("
+                "'schedule_id', d.schedule_id::text, 'claimable_at_utc', t.claimable_at_utc)), '[]') "
                 "from appsurface_durable.schedule_definitions d "
                 "join appsurface_durable.schedule_dispatch q on q.schedule_id = d.schedule_id "
                 "join appsurface_durable.schedule_dispatch_timing t on t.dispatch_id = q.dispatch_id "
@@ -379,11 +383,11 @@ class CaseRun:
                 "and p.generation = d.active_generation and p.occurrence_kind = 'coalesced' and p.state = 'pending') "
                 "and not exists (select 1 from appsurface_durable.schedule_occurrences o join "
                 "appsurface_durable.work_items w on w.work_id = o.work_id where o.schedule_id = d.schedule_id "
-                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))").fetchall()
-            processor_facts = dict(conn.execute(
-                "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
-                "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
-                "as suspended, clock_timestamp() as server_now").fetchone())
+                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))) as requeued"
+            ).fetchone())
+            requeued = [{"schedule_id": r["schedule_id"], "server_now": processor_facts["server_now"],
+                         "claimable_at_utc": datetime.fromisoformat(r["claimable_at_utc"])
+                         if r["claimable_at_utc"] else None} for r in processor_facts.pop("requeued")]
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},
@@ -825,12 +829,6 @@ class CaseRun:
                              "problem": response.problem})
         return response
 
-    def _count_facts(self) -> dict:
-        """The committed facts the registered counts are seen as, in one statement (one snapshot)."""
-        with self.owner() as conn:
-            return dict(conn.execute("select " + ", ".join(f"({sql})::bigint as {name}"
-                                                           for name, sql in COUNT_FACTS.items())).fetchone())
-
     def _during(self) -> str | None:
         """Which part of the case runs now: a scenario step, the recovery, the final drain or a settle."""
         for event in reversed(self.timeline):
@@ -844,19 +842,26 @@ class CaseRun:
         """A `process-due` request is about to be sent: read the facts first unless another pass is in flight."""
         with self._window_lock:
             if self._window is None:
-                self._window = {"before": self._count_facts(), "answers": [], "faults": [], "during": self._during(),
-                                "in_flight": 0, "leases_before": self._lease_facts(), "requests": [],
+                before, leases = self._window_facts()
+                self._window = {"before": before, "answers": [], "faults": [], "during": self._during(),
+                                "in_flight": 0, "leases_before": leases, "requests": [],
                                 # no fault yet in this case, and no answer the step expects (a refused lease)
                                 "clean": self.injection is None and not self._expecting}
             self._window["in_flight"] += 1
             self._window["requests"].append(dict(args or {}))
             self.passes_asked += 1
 
-    def _lease_facts(self) -> dict:
-        """Per dispatch row: its lease state and lease generation, to tell a lease a pass took and left held."""
+    def _window_facts(self) -> tuple[dict, dict]:
+        """The counts' facts and, per dispatch row, its lease state and generation (to tell a lease a pass took and
+        left held), in one statement."""
         with self.owner() as conn:
-            return {str(r["dispatch_id"]): (r["lease_state"], r["lease_generation"]) for r in conn.execute(
-                "select dispatch_id, lease_state, lease_generation from appsurface_durable.schedule_dispatch")}
+            row = dict(conn.execute("select " + ", ".join(f"({sql})::bigint as {name}"
+                                                          for name, sql in COUNT_FACTS.items())
+                                    + ", (select coalesce(jsonb_object_agg(dispatch_id::text, jsonb_build_array("
+                                      "lease_state, lease_generation)), '{}') from "
+                                      "appsurface_durable.schedule_dispatch) as leases_").fetchone())
+        leases = row.pop("leases_")
+        return row, {d: (s, g) for d, (s, g) in leases.items()}
 
     def _close_window(self, impl: Implementation, response: Response | None) -> None:
         """A `process-due` answer came (or none: the request broke): the last one in flight reads the facts again."""
@@ -870,8 +875,7 @@ class CaseRun:
             self._window = None
             window["clean"] = window["clean"] and self.injection is None
             try:
-                window["after"] = self._count_facts()
-                window["leases_after"] = self._lease_facts()
+                window["after"], window["leases_after"] = self._window_facts()
             except Exception as exc:  # noqa: BLE001 - the facts are unknown; the window is not compared
                 window["after"], window["unread"] = None, f"{type(exc).__name__}: {exc}"
             self.count_windows.append(window)
