@@ -6,6 +6,7 @@ cannot drift from what the harness speaks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 PROTOCOL_VERSION = 1
@@ -53,9 +54,12 @@ class Timeout:
 
 ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
-                        "TestHost's proxy. Use it for every scoped transaction."),
+                        "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
+                        "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
+                        "transaction."),
     EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
-                        "proxy. Use it for the claim transaction only."),
+                        "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
+                        "only."),
     EnvironmentVariable("CRASHPROOF_SCOPE", "the scope ID to set as the local scope for client operations."),
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
@@ -240,6 +244,43 @@ COUNT_RULES = (
 )
 
 BY_OPERATION = {op.name: op for op in OPERATIONS}
+
+
+@dataclass(frozen=True)
+class ProblemType:
+    """A problem a refused client command answers with: its name (the last segment of the problem's `type`)."""
+
+    name: str
+    when: str
+
+
+# The problem types a scenario may expect (`problem = "..."` with `expect = "fail"`), and so every problem the
+# checks accept: a step's expected name must be one of these, and the answer's `type` must end in it as its last
+# segment (after the last `:`, `/` or `#`), so `urn:acme:problem:revision-conflict` is a `revision-conflict`.
+PROBLEMS = (
+    ProblemType("validation", "the definition is invalid: a kind without its fields, a non-positive interval or "
+                "safety window, a target command that is blank or too long, an At instant at or before the "
+                "command's acceptance"),
+    ProblemType("not-admitted", "outside Gate A: a Cron schedule, a Flow target, a policy other than QueueOne "
+                "plus RunOnce"),
+    ProblemType("not-found", "no schedule with that identity in the scope"),
+    ProblemType("scope-not-found", "the scope is not registered"),
+    ProblemType("revision-conflict", "`expected_revision` is not the definition's current revision (a stale "
+                "read): nothing is applied, the caller reads again"),
+    ProblemType("schedule-deleted", "the schedule is deleted: deletion is terminal for that identity"),
+    ProblemType("release-refused", "release-after-recovery on a schedule that is not suspended for a stale "
+                "runtime epoch (active, or suspended for scope generation, clock anomaly or idempotency conflict)"),
+    ProblemType("command-conflict", "the `command_id` was accepted before for another command (another kind or "
+                "another schedule)"),
+    ProblemType("invalid-state", "the command does not apply in the schedule's state (a create of an identity "
+                "that exists)"),
+)
+BY_PROBLEM = {problem.name: problem for problem in PROBLEMS}
+
+
+def problem_name(problem_type: str) -> str:
+    """The last segment of a problem's `type` URI, the name PROBLEMS lists."""
+    return re.split(r"[:/#]", problem_type or "")[-1]
 MANDATORY = tuple(op.name for op in OPERATIONS if op.mandatory)
 
 
@@ -262,7 +303,8 @@ NORMATIVE = (
         "The schema is the reference's migrations, applied in order before any case runs: {migrations}. The "
         "normative tables are `schedule_definitions`, `schedule_generations`, `schedule_occurrences`, "
         "`schedule_history`, `schedule_dispatch` with `schedule_dispatch_timing`, and the Work store's "
-        "`work_items`; the checks read these and nothing else.",
+        "`work_items`, with the client's `schedule_commands`; the checks read these and nothing else, but for the "
+        "fences a release must rebind (`store_runtime.runtime_epoch`, `scopes.generation`).",
     )),
     Section("Transactions of a pass", (
         "A pass claims with `appsurface_durable.claim_schedule_dispatch(lease_owner, lease_duration)` as the "
@@ -307,6 +349,22 @@ NORMATIVE = (
         "holds its definition, or that decision commits nothing of the superseded generation "
         "(`nothing-materialized-for-superseded-or-suspended`). The TestHost runs such a change from its own "
         "session while your decision is held at its barrier, and cancels it as soon as the server shows it waiting for a lock.",
+        "While your process waits at a processor barrier whose context names a `schedule_id`, the host reads that "
+        "schedule's rows (definition, dispatch row, occurrences, `suspended` and `recovery-skipped` history rows, the "
+        "Work under its occurrences' idempotency keys), each with its writer's `xmin`. Between an after-commit "
+        "barrier (`schedule-claim-after-commit`, `schedule-decision-after-commit`) and the next transaction's "
+        "before-commit barrier nothing of that schedule may commit; what commits between a transaction's "
+        "before-commit and after-commit barriers is that one transaction, one `xmin` on every row, and a decision "
+        "that writes or extends an occurrence or skips a range moves the cursor in it (`decision-commits-together`); "
+        "an occurrence linked in a bridge links a Work accepted by that same transaction "
+        "(`work-inside-link-transaction`). Write a transaction's rows at its top level: a row written inside a "
+        "savepoint carries the savepoint's own xid and reads as another transaction. Every occurrence of the "
+        "schedule is `pending`, `materialized` or `superseded` at every such barrier, not only at the end "
+        "(`gate-a-states-at-every-barrier`). With one processor running and no fault injected yet, at "
+        "`schedule-claim-before-commit` exactly one session of yours holds a transaction ID, logged in as the "
+        "dispatcher, and at `schedule-decision-before-commit` exactly one, as the runtime role; the claim advances "
+        "`lease_generation` by exactly one (`transaction-roles-at-barriers`). Barriers with a fault, another request "
+        "or a committed step beside the pass between them are not compared.",
     )),
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "
@@ -316,6 +374,9 @@ NORMATIVE = (
         "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
         "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
         "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",
+        "If you offer `create` or `update`: a generation of an Every whose command gave no anchor stores as "
+        "`anchor_utc` exactly its own `accepted_at_utc`, to the microsecond, an update's new generation as much as "
+        "the first (`acceptance-anchor`; scenario `update-unanchored`).",
         "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
         "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
         "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it (`anomaly-suspends`).",
@@ -398,6 +459,11 @@ NORMATIVE = (
         "delete that drops due instants of the old generation no pass decided records them in one "
         "`due-instants-superseded` row (first, last, count); the reference client writes it, and the scenario "
         "`update-drops-due-instants` expects it.",
+        "The definition's `revision` records every change of the row but its cursor: whatever changes "
+        "`lifecycle_state`, `suspension_reason`, `active_generation`, `runtime_epoch` or `scope_generation` (a "
+        "suspension, an update, a delete, a release) also moves `revision` forward, and nothing moves it back; a pass "
+        "that only moves the cursor leaves it (`definition-revision`, judged after every step and on the final "
+        "state).",
     )),
     Section("Answers", (
         "`fail` tells the host nothing was applied: an operation answers `fail` only when none of its "
@@ -436,5 +502,34 @@ NORMATIVE = (
         "every bridge transaction, including one that only releases the lease (a fence found, no candidate); "
         "`schedule-work-after-acceptance` fires only once a Work was accepted (also when the link then "
         "conflicts). The Work-terminal barriers fire only for a transition into a terminal state.",
+    )),
+    Section("Client commands", (
+        "`create`, `update`, `delete` and `release-after-recovery` are optional. Where you offer one, the rules "
+        "below hold your answers and your rows; where you do not, the host's fallback (the reference client) "
+        "runs the step and is held to the same checks, so a scenario's client steps judge whoever ran them.",
+        "A refused command answers `fail` with a `problem` naming one of the *Problem types* above and changes no "
+        "row: before and after every client step the scenario expects refused, the host reads every row of "
+        "`schedule_commands`, `schedule_definitions`, `schedule_generations`, `schedule_occurrences`, "
+        "`schedule_history`, `schedule_dispatch`, `schedule_dispatch_timing` and `work_items`, and any row added, "
+        "removed or changed fails the step (`client-outcomes`, or `step-outcomes` for a step that cites its "
+        "rule). A client step the scenario expects to apply must answer `ok` (`client-outcomes`).",
+        "A stale `expected_revision` (an update, delete or release that read an older revision) is refused with "
+        "`revision-conflict`; a create whose `command_id` was accepted before for another schedule with "
+        "`command-conflict`; an invalid definition (an Every interval of zero, say) with `validation` "
+        "(`client-outcomes`; scenario `client-commands`).",
+        "Create and update capture one PostgreSQL `transaction_timestamp()`: the generation they make and their "
+        "`schedule_commands` row (that schedule, that generation, `command_kind` `create` or `update`) carry the "
+        "same `accepted_at_utc`, the server's time while the command ran, never the client's own clock "
+        "(`command-accepted-at`, after every accepted create and update).",
+        "A generation holds the definition as sent, to the microsecond: `at_utc` and an explicit `anchor_utc` "
+        "exactly as given (scenario `client-commands` sends an anchor `+90.123456s` and an At `+3600.654321s`), "
+        "`every_us`, `after_us`, `safety_window_us` when sent, and `target_command` (`definition-persisted`).",
+        "`release-after-recovery` applies only to a schedule suspended for a stale runtime epoch: on an active "
+        "schedule, or one suspended for scope generation, clock anomaly or idempotency conflict, it answers "
+        "`release-refused` and changes nothing (`step-outcomes`; scenarios `client-commands`, "
+        "`scope-generation-repair`, `link-conflict`, `release-refuses-clock-suspension`). An accepted release "
+        "leaves the definition `active` with the store's current `runtime_epoch` and the scope's current "
+        "generation in `scope_generation`, both rebound when both had advanced, and its cursor where it stood "
+        "(`release-rebinds`; scenario `release-keeps-cursor` advances both before the suspension).",
     )),
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .catalog import CATALOG
 from . import schema
-from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROCESS_RULES,
+from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROBLEMS, PROCESS_RULES,
                        PROTOCOL_VERSION, TIMEOUTS)
 from .schema import SCHEMA_RULES
 
@@ -93,6 +93,18 @@ def _counts() -> list[str]:
     return out + [""] + [line for rule in COUNT_RULES for line in (rule, "")]
 
 
+def _problems() -> list[str]:
+    """The problem types a refused client command names, from barriers/protocol.py."""
+    out = ["### Problem types", "",
+           "A client command the scenario expects refused must answer `fail` with an RFC 9457 `problem` whose "
+           "`type` ends, as its last segment (after the last `:`, `/` or `#`), in the name the scenario expects; "
+           "the reference uses `urn:appsurface-durable:problem:NAME`, any prefix of yours will do. These are every "
+           "name a scenario may expect, and so every problem the checks accept (`client-outcomes`, `step-outcomes`):",
+           "", "| problem | when |", "|---|---|"]
+    out += [f"| `{p.name}` | {p.when} |" for p in PROBLEMS]
+    return out + [""]
+
+
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
     from testhost.checks import CHECKS
@@ -155,7 +167,7 @@ def render() -> str:
         "output, one message per line, each an object with a `type`. Write logs to standard error, never to standard "
         "output. The database already holds the normative schema (the reference's migrations, listed under *Roles and "
         "schema* below), the three roles, and the scope; connect only through the DSNs given, which pass through the "
-        "TestHost's proxy.",
+        "TestHost's proxy whenever the case's fault acts on the network.",
         "",
         "A case is a timeline of operations. After the `hello`, the host sends one `request` at a time and waits for "
         "its `response`. While an operation runs, every barrier you reach is reported with a `barrier` message and "
@@ -206,6 +218,7 @@ def render() -> str:
             out += [f"Fallback when not implemented: {op.fallback}.", ""]
         if op.name == "process-due":
             out += _counts()
+    out += _problems()
     out += ["## Barriers", "",
             "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
             "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "

@@ -59,7 +59,7 @@ QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True,
 READ_COLUMNS: dict[str, dict[str, str]] = {
     "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
                              "suspension_reason": "text", "revision": "integer", "active_generation": "integer",
-                             "cursor_utc": "timestamptz"},
+                             "cursor_utc": "timestamptz", "runtime_epoch": "integer", "scope_generation": "integer"},
     "schedule_generations": {"scope_id": "text", "schedule_id": "uuid", "generation": "integer",
                              "schedule_kind": "text", "at_utc": "timestamptz", "after_us": "integer",
                              "every_us": "integer", "anchor_utc": "timestamptz", "safety_window_us": "integer",
@@ -79,6 +79,11 @@ READ_COLUMNS: dict[str, dict[str, str]] = {
                                  "lease_expires_at_utc": "timestamptz"},
     "schedule_history": {"scope_id": "text", "schedule_id": "uuid", "recorded_at_utc": "timestamptz",
                          "event": "text", "generation": "integer", "detail": "json"},
+    # The client checks: one acceptance time on command and generation, and what a release rebinds.
+    "schedule_commands": {"scope_id": "text", "command_id": "uuid", "schedule_id": "uuid", "command_kind": "text",
+                          "accepted_at_utc": "timestamptz", "generation": "integer"},
+    "store_runtime": {"runtime_epoch": "integer"},
+    "scopes": {"scope_id": "text", "generation": "integer"},
 }
 # The functions the TestHost itself calls as the migration owner (set-up and scenario steps).
 OWNER_CALLS = ("create_scope", "ensure_schedule_history_partitions", "advance_runtime_epoch",
@@ -96,7 +101,7 @@ class SchemaRule:
 SCHEMA_RULES = (
     SchemaRule("schema-tables", "every table and column the checks read exists with the type they read: "
                "schedule_definitions, schedule_generations, schedule_occurrences, work_items, schedule_dispatch, "
-               "schedule_dispatch_timing, schedule_history; the dispatch queue exposes only dispatch ID, Schedule ID, "
+               "schedule_dispatch_timing, schedule_history, schedule_commands, store_runtime, scopes; the dispatch queue exposes only dispatch ID, Schedule ID, "
                "scope routing ID, lease state/generation, and dispatch revision; the functions the TestHost calls as the "
                "migration owner exist: create_scope(scope_id), ensure_schedule_history_partitions(), "
                "advance_runtime_epoch(), advance_scope_generation(scope_id)"),

@@ -42,8 +42,23 @@ BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
 PASSIVE = "PostgreSqlDurableScheduleProcessor is provider-specific and passive."
 REQUEUE = "If one exists, it requeues the Schedule dispatch row in that same transaction."
 CANCEL_LEASE = "observes cancellation before starting the next lease"
+WORK_INSIDE_LINK = ("The Work bridge calls the existing PostgreSqlDurableWorkTransactionWriter.EnqueueAsync("
+                    "NpgsqlTransaction, DurableWorkRequest) inside the occurrence-link transaction.")
+GATE_A_STATES = ("Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence "
+                 "rows.")
+DEFINITION_ROW = ("The active schedule_definition row records lifecycle state, revision, active generation, runtime "
+                  "epoch, scope generation, and the materialization cursor.")
+ACCEPTANCE_ANCHOR = ("It is the only anchor for After, and the anchor for an Every schedule when the caller did not "
+                     "supply one.")
 RELEASE_ONLY_EPOCH = ("ReleaseAfterRecovery can release an old runtime epoch only; it cannot move the cursor or clear "
                       "an evaluator/clock suspension.")
+SCOPE_ONLY_NEEDS_UPDATE = ("a scope-generation-only mismatch requires a public update or delete/recreate to "
+                           "establish a new generation.")
+PROBLEM_RESULTS = "Schedule API validation and domain conflicts return durable problem results."
+RELEASE_ADMITTED = "Recovery release applies only to admitted stale-runtime-epoch fences."
+RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope generation"
+ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as accepted_at_utc."
+UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -372,6 +387,156 @@ MUTANTS: tuple[Mutant, ...] = (
               '                    s.execute(query("schedule", "release_lease"), self._release_later)\n'
               "            return\n")),
         slice=("coalesce-terminal-callback",)),
+    # No barrier sits between the two commits, so no fault at a barrier can separate them: only what the host reads
+    # at the barriers (testhost/barrier_facts.py) tells two transactions from one.
+    Mutant(
+        "cursor-committed-beside-decision", ONE_TRANSACTION,
+        "The decision transaction records the occurrence; the cursor moves right after its COMMIT, in a transaction "
+        "of its own (retried after a lost connection), before the decision's after-commit barrier; a move still lost "
+        "is finished by the next decision.",
+        (Edit("processor.py",
+              '            s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, "cursor_utc": cutoff})\n',
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": cutoff}\n'),
+         Edit("processor.py",
+              "            bridge = self._decide(s, claim, decided)\n",
+              "            self._cursor_later = None\n            bridge = self._decide(s, claim, decided)\n"),
+         Edit("processor.py",
+              '        counts.add(decided)\n        barriers.hit("schedule-decision-after-commit", **context)\n',
+              '        counts.add(decided)\n'
+              '        if self._cursor_later is not None:\n'
+              '            later = self._cursor_later\n'
+              '\n'
+              '            def move():\n'
+              '                with self.runtime.scoped(scope_id, self.runtime_role) as s:\n'
+              '                    s.execute(query("schedule", "move_cursor"), later)\n'
+              '            self._retrying(move, retry_unknown=True)\n'
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'),
+         # A cursor move lost to a fault after its decision committed is finished by the next decision, which then
+         # decides nothing twice: so no fault at a barrier makes this mutant's final state differ from the reference's.
+         Edit("processor.py",
+              '        cursor = definition["cursor_utc"]\n        evaluation = evaluate(',
+              '        cursor = definition["cursor_utc"]\n'
+              '        floor = max((o["last_nominal_utc"] for o in state.waiting), default=cursor)\n'
+              '        if floor > cursor:\n'
+              '            self._cursor_later = {"schedule_id": schedule_id, "cursor_utc": floor}\n'
+              '            cursor = floor\n'
+              '        evaluation = evaluate(')),
+        slice=("at-single",)),
+    Mutant(
+        "work-accepted-in-own-transaction", WORK_INSIDE_LINK,
+        "The bridge accepts the Work in a transaction of its own on a second runtime session, committed before the "
+        "bridge links it.",
+        (Edit("processor.py",
+              "        accepted = self.writer.enqueue(s, WorkRequest(work.work_id, work.idempotency_key, work.command,\n"
+              "                                                      work.activity, payload), compare=False)\n",
+              "        side = Session(self.runtime_dsn, deadline=self.deadline)\n"
+              "        try:\n"
+              "            with side.scoped(scope_id, self.runtime_role) as w:\n"
+              "                accepted = self.writer.enqueue(w, WorkRequest(work.work_id, work.idempotency_key, "
+              "work.command,\n"
+              "                                                              work.activity, payload), compare=False)\n"
+              "        finally:\n"
+              "            side.close()\n"),),
+        slice=("at-single",)),
+    Mutant(
+        "transient-claimed-occurrence", GATE_A_STATES,
+        "The decision writes a new nominal or recovery occurrence as `claimed` and the bridge takes it from there to "
+        "`materialized`, so the final state shows only Gate A's states.",
+        (Edit("queries/schedule.sql",
+              "        %(first_nominal_utc)s, %(last_nominal_utc)s, 'pending', transaction_timestamp());\n",
+              "        %(first_nominal_utc)s, %(last_nominal_utc)s,\n"
+              "        case when %(occurrence_kind)s = 'coalesced' then 'pending' else 'claimed' end, "
+              "transaction_timestamp());\n"),
+         Edit("queries/schedule.sql",
+              "where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and "
+              "o.state = 'pending'\n",
+              "where o.scope_id = appsurface_durable.current_scope() and o.schedule_id = %(schedule_id)s and "
+              "o.state in ('pending', 'claimed')\n")),
+        slice=("at-single",)),
+    Mutant(
+        "refused-release-bumps-revision", RELEASE_ADMITTED,
+        "ReleaseAfterRecovery of an active schedule is refused, but only after it wrote the definition's next "
+        "revision: the refusal changed a row.",
+        (Edit("client.py",
+              '            if current["lifecycle_state"] != "suspended":\n'
+              '                return problems.release_refused(schedule_id, "it is not suspended")\n',
+              '            if current["lifecycle_state"] != "suspended":\n'
+              '                self._advance(s, current)\n'
+              '                return problems.release_refused(schedule_id, "it is not suspended")\n'),),
+        slice=("client-commands",)),
+    Mutant(
+        "stale-revision-applied", PROBLEM_RESULTS,
+        "A command's expected_revision is not compared: an update that read a stale revision is applied.",
+        (Edit("client.py", '        if current["revision"] != expected_revision:\n',
+              '        if False:\n'),),
+        slice=("client-commands",)),
+    Mutant(
+        "repeated-command-id-taken-as-new", PROBLEM_RESULTS,
+        "A command ID already accepted for another schedule is taken for a new command, so the create fails on "
+        "the command's key instead of answering the command-conflict problem.",
+        (Edit("client.py", "                return accepted_at, seen, problems.command_conflict(command_id)\n",
+              "                return accepted_at, None, None\n"),),
+        slice=("client-commands",)),
+    Mutant(
+        "every-interval-not-validated", PROBLEM_RESULTS,
+        "An Every interval is not validated: an interval of zero reaches the database instead of answering the "
+        "validation problem.",
+        (Edit("model.py", "        if not _positive(spec.every):\n", "        if False:\n"),),
+        slice=("client-commands",)),
+    Mutant(
+        "command-accepted-at-own-sample", ONE_ACCEPTANCE,
+        "The command row records a clock_timestamp() sample of its own instead of the transaction_timestamp() the "
+        "generation carries.",
+        (Edit("queries/schedule.sql", "        %(accepted_at_utc)s, %(generation)s, %(revision)s);",
+              "        clock_timestamp(), %(generation)s, %(revision)s);"),),
+        slice=("client-commands",)),
+    Mutant(
+        "anchor-whole-seconds", UTC_UNCHANGED,
+        "An explicit Every anchor is stored truncated to whole seconds.",
+        (Edit("client.py", "    anchor = spec.anchor if spec.anchor is not None else",
+              "    anchor = spec.anchor.replace(microsecond=0) if spec.anchor is not None else"),),
+        slice=("client-commands",)),
+    Mutant(
+        "release-keeps-scope-generation", RELEASE_REBINDS,
+        "ReleaseAfterRecovery rebinds the runtime epoch only, so a schedule whose scope generation advanced too "
+        "stays bound to the old one.",
+        (Edit("client.py",
+              'runtime_epoch=fences["runtime_epoch"], scope_generation=fences["scope_generation"])',
+              'runtime_epoch=fences["runtime_epoch"])'),),
+        slice=("release-keeps-cursor",)),
+    Mutant(
+        "release-clears-scope-generation-suspension", SCOPE_ONLY_NEEDS_UPDATE,
+        "ReleaseAfterRecovery also clears a scope-generation suspension, which needs an update.",
+        (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
+              'if current["suspension_reason"] not in ("runtime-epoch", "scope-generation"):'),),
+        slice=("scope-generation-repair",)),
+    Mutant(
+        "release-clears-conflict-suspension", RELEASE_ADMITTED,
+        "ReleaseAfterRecovery also clears an idempotency-conflict suspension, which is no stale-runtime-epoch fence.",
+        (Edit("client.py", 'if current["suspension_reason"] != "runtime-epoch":',
+              'if current["suspension_reason"] not in ("runtime-epoch", "idempotency-conflict"):'),),
+        slice=("link-conflict",)),
+    Mutant(
+        "suspension-keeps-the-revision", DEFINITION_ROW,
+        "A processor suspension sets the lifecycle state and reason but leaves the revision as it was, so a caller's "
+        "expected_revision read while the schedule was active still matches the suspended row.",
+        (Edit("processor.py",
+              '        s.defer(query("schedule", "advance_definition"), {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", ',
+              '        s.defer("update appsurface_durable.schedule_definitions set lifecycle_state = %(lifecycle_state)s, "\n'
+              '                "suspension_reason = %(suspension_reason)s where scope_id = appsurface_durable.current_scope() "\n'
+              '                "and schedule_id = %(schedule_id)s", {\n'
+              '            "schedule_id": definition["schedule_id"], "lifecycle_state": "suspended", '),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "update-anchored-on-the-second", ACCEPTANCE_ANCHOR,
+        "An update to an Every without anchor anchors the new generation on its acceptance time cut to the whole "
+        "second (as a client that serializes the instant without its fraction would); create stays right.",
+        (Edit("client.py",
+              '(accepted_at if spec.kind == "every" else None)',
+              '((accepted_at if generation == 1 else accepted_at.replace(microsecond=0)) if spec.kind == "every" '
+              'else None)'),),
+        slice=("update-unanchored",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -53,3 +53,14 @@ def query(module: str, name: str) -> str:
 
 def resource_text(*path: str) -> str:
     return resources.files("reference").joinpath(*path).read_text()
+
+
+def _load_every_query_file() -> None:
+    """Read the named queries at import: a process forked from one that imported the package (the TestHost's
+    fork server) then starts with them in memory instead of opening and parsing each file again."""
+    for entry in resources.files("reference").joinpath("queries").iterdir():
+        if entry.name.endswith(".sql"):
+            queries(entry.name[:-len(".sql")])
+
+
+_load_every_query_file()

@@ -12,9 +12,12 @@ from __future__ import annotations
 import copy
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from barriers.protocol import PROBLEMS
 
 from .errors import StepError, TimeError
 from .times import relative
@@ -62,10 +65,17 @@ SPEC = Field("spec", (dict,), "the schedule definition, in the adapter protocol'
              "`at` and `anchor` are scenario times)", required=True)
 EXPECT = Field("expect", (str,), "the answer the step must get; without it the step may get any answer",
                choices=("ok", "fail"))
-PROBLEM = Field("problem", (str,), "with `expect = \"fail\"`: how the problem type must end (e.g. `conflict`)")
+PROBLEM = Field("problem", (str,), "with `expect = \"fail\"`: the problem type the refusal must name, as the last "
+                "segment of its `type` (barriers/PROTOCOL.md, \"Problem types\")", choices=tuple(p.name for p in PROBLEMS))
 RULE = Field("rule", (str,), "with `expect`: the spec sentence the answer pins; the check that judges the step "
              "names it")
 ANSWER_FIELDS = (EXPECT, PROBLEM, RULE)
+STALE_REVISION = Field("stale_revision", (bool,), "with `expect = \"fail\"`: send the revision before the current one "
+                       "as `expected_revision`, a stale read the command must refuse")
+COMMAND = Field("command", (str,), "a name for the command's `command_id`: creates that give the same name send the "
+                "same ID, so a later one repeats a command ID already accepted")
+# The command IDs a scenario names: the same in every case, each of which runs on a store of its own.
+COMMAND_NAMESPACE = uuid.UUID("2f0c3c1e-8d4b-4a47-9d0e-5b6a1c7e9f13")
 LEASE_SECONDS = Field("lease_seconds", (int, float), "the lease the pass asks for (default: the scenario's "
                       "`lease_seconds`)")
 LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass claims under (default: the "
@@ -153,15 +163,43 @@ class ClientStep(StepKind):
         if "spec" in step.args:
             request["spec"] = spec_to_wire(step.args["spec"])
         if self.operation != "create":
-            request["expected_revision"] = case._revision(step.args["schedule"])
+            revision = case._revision(step.args["schedule"])
+            request["expected_revision"] = revision - 1 if step.args.get("stale_revision") else revision
+        if "command" in step.args:
+            request["command_id"] = str(uuid.uuid5(COMMAND_NAMESPACE, step.args["command"]))
         return request
 
+    def validate(self, args, context):
+        if args.get("stale_revision") and args.get("expect") != "fail":
+            raise StepError("a stale revision must be refused: stale_revision needs expect = \"fail\"")
+
     def run(self, case, step):
+        from testhost import commands
+
+        # Only a step expected refused is read whole before and after: one that should apply and is refused
+        # fails its check anyway, and a read of every table around every command would cost every case.
+        refusal = step.expected_outcome == "fail"
+        if refusal:
+            with case.owner() as conn:
+                before = commands.rows(conn)
+        seen = self.before(case, step)
+        started = case.world.clock.now()
         response = case._client_op(self.operation, self.request(case, step))
         case._record(response, self.operation)
-        case.client_outcomes.append((step, response, {}))
+        changed = {}
+        if refusal and response.outcome == "fail":
+            with case.owner() as conn:
+                changed = commands.changed(before, commands.rows(conn))
+        case.client_outcomes.append((step, response, changed))
         if response.outcome == "ok":
-            self.model(case, step)
+            self.observe(case, step, self.model(case, step), seen, (started, case.world.clock.now()))
+
+    def before(self, case: "CaseRun", step: "Step") -> Any:
+        """What the step's observation compares with, read before the command runs (None: nothing)."""
+        return None
+
+    def observe(self, case: "CaseRun", step: "Step", read: Any, before: Any, window: tuple) -> None:
+        """Judge an accepted command by what it wrote: `read` is what the model step read back."""
 
     def run_beside(self, case, step):
         response = case.fallback_beside(self.operation, self.request(case, step))
@@ -190,14 +228,33 @@ class DefinitionStep(ClientStep):
     fields = (SCHEDULE, SPEC) + ANSWER_FIELDS
 
     def validate(self, args, context):
+        super().validate(args, context)
         _times_of(args["spec"])
 
     def model(self, case, step):
-        """The model takes the same command; a new generation's acceptance time is the server's, read back."""
+        """The model takes the same command; a new generation's acceptance time is the server's, read back
+        (with its command's, for the observation)."""
+        from testhost.commands import GENERATION_SQL
+
         with case.owner() as conn:
-            row = conn.execute("select * from appsurface_durable.schedule_generations where schedule_id = %s "
-                               "order by generation desc limit 1", (case.schedule_ids[step.args["schedule"]],)).fetchone()
+            row = conn.execute(GENERATION_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
+        if row is None:  # an `ok` that wrote no generation: the model cannot take it, the observation says why
+            return None
         self.apply(case.model, step, row["accepted_at_utc"])
+        return row
+
+    def observe(self, case, step, read, before, window):
+        from testhost import commands
+
+        facts = case.command_facts
+        if read is None:
+            missing = [{"step": step.index + 1, "op": self.operation, "wrong": ["answered ok, but no generation"]}]
+            facts.setdefault("command-accepted-at", []).append(missing)
+            return
+        facts.setdefault("command-accepted-at", []).append(
+            commands.accepted_at(step.index + 1, self.operation, read, window))
+        facts.setdefault("definition-persisted", []).append(
+            commands.persisted(step.index + 1, self.operation, spec_to_wire(step.args["spec"]), read))
 
     def apply(self, model, step, now):
         from testhost.replay import generation_of
@@ -210,6 +267,7 @@ class DefinitionStep(ClientStep):
 class Create(DefinitionStep):
     op = operation = "create"
     summary = "Create a schedule (the client's create command). Its identity is derived from the scenario's name."
+    fields = DefinitionStep.fields + (COMMAND,)
     example = '''description = "An At schedule fires once."
 [[steps]]
 op = "create"
@@ -233,6 +291,7 @@ class Update(DefinitionStep):
     op = operation = "update"
     summary = ("Update a schedule with its current revision: a new generation supersedes the pending occurrences "
                "of older ones.")
+    fields = DefinitionStep.fields + (STALE_REVISION,)
     beside_barrier = True
     example = '''description = "An update makes generation 2."
 [[steps]]
@@ -254,7 +313,7 @@ occurrences = []
 class Delete(ClientStep):
     op = operation = "delete"
     summary = "Delete a schedule with its current revision; deletion is terminal for the schedule's identity."
-    fields = (SCHEDULE,) + ANSWER_FIELDS
+    fields = (SCHEDULE,) + ANSWER_FIELDS + (STALE_REVISION,)
     beside_barrier = True
     example = '''description = "A deleted schedule cannot be updated."
 [[steps]]
@@ -288,7 +347,7 @@ class Release(ClientStep):
     op = "release"
     operation = "release-after-recovery"
     summary = "ReleaseAfterRecovery with the current revision: rebinds a schedule suspended for an old runtime epoch."
-    fields = (SCHEDULE,) + ANSWER_FIELDS
+    fields = (SCHEDULE,) + ANSWER_FIELDS + (STALE_REVISION,)
     example = '''description = "A schedule fenced by a new runtime epoch is released."
 [[steps]]
 op = "create"
@@ -318,6 +377,19 @@ lifecycle = "active"
 
     def apply(self, model, step, now):
         model.release(step.args["schedule"])
+
+    def before(self, case, step):
+        from testhost.commands import FENCES_SQL
+
+        with case.owner() as conn:
+            row = conn.execute(FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
+        return dict(row) if row else None
+
+    def observe(self, case, step, read, before, window):
+        from testhost import commands
+
+        after = self.before(case, step)
+        case.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
 
 
 # -- the clock ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from barriers.protocol import problem_name
+
 from .identity import expected_work, instant_text
 from .state import StoreState
 
@@ -550,7 +552,10 @@ def model_agreement(picture: dict, model) -> CheckResult:
 
 
 CLIENT_RULE = rule_of("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
-                      "results.")
+                      "results. (A client step the scenario expects refused answers `fail` with a problem whose "
+                      "type ends, as its last segment, in the expected name of PROTOCOL.md's problem types, and "
+                      "changes no row of the tables a command writes, schedule_commands included; any other client "
+                      "step answers `ok`.)")
 rule_of("step-outcomes", "the spec sentence the scenario step cites (a step that expects an answer: a refused lease, "
         "a refused release): the answer the step expects, and a refusal changes nothing")
 
@@ -565,7 +570,7 @@ def client_outcomes(outcomes: list) -> list[CheckResult]:
         evidence, rows = groups.get(rule, ([], 0))
         wanted = step.expected_outcome
         problem_type = (response.problem or {}).get("type", "")
-        if response.outcome != wanted or ("problem" in step.args and not problem_type.endswith(step.args["problem"])):
+        if response.outcome != wanted or ("problem" in step.args and problem_name(problem_type) != step.args["problem"]):
             evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
                              "expected_problem": step.args.get("problem"), "outcome": response.outcome,
                              "problem": response.problem, "error": response.error})
@@ -1203,3 +1208,70 @@ def requeue_kept(observations: list[tuple[int, dict]]) -> CheckResult:
                                  "server_now": _seen_text(row["server_now"]),
                                  "waiting": "a pending coalesced occurrence with its slot free"})
     return CheckResult("requeue-kept", REQUEUE_KEPT, not evidence, evidence, rows)
+DEFINITION_REVISION = rule_of(
+    "definition-revision",
+    "The active schedule_definition row records lifecycle state, revision, active generation, runtime epoch, scope "
+    "generation, and the materialization cursor. (The revision records every change of the others but the cursor: "
+    "seen after every step and in the final state, it never moves back, and it moves forward whenever the lifecycle "
+    "state, suspension reason, active generation, runtime epoch or scope generation on the row changed, so an "
+    "expected_revision read before a suspension, update, delete or release is stale after it.)")
+# What a new revision must record; the cursor moves on every pass and is the one field that does not.
+REVISED = ("lifecycle_state", "suspension_reason", "active_generation", "runtime_epoch", "scope_generation")
+
+
+def definition_revision(observations: list[tuple[int, dict]], final: StoreState | None = None) -> CheckResult:
+    """Between the definitions seen after consecutive steps (and the last step and the final state), a row whose
+    recorded lifecycle, generation or fences changed without a later revision, or whose revision moved back."""
+    pairs = _consecutive(observations)
+    if final is not None and observations:
+        pairs.append((observations[-1], ("final", {"cursors": {str(d["schedule_id"]): d for d in final.definitions}})))
+    evidence = []
+    rows = 0
+    for (step_a, seen_a), (step_b, seen_b) in pairs:
+        for schedule_id, before in seen_a.get("cursors", {}).items():
+            after = seen_b.get("cursors", {}).get(schedule_id)
+            if after is None or "revision" not in before or "revision" not in after:
+                continue
+            rows += 1
+            changed = {k: [before.get(k), after.get(k)] for k in REVISED if before.get(k) != after.get(k)}
+            if after["revision"] < before["revision"] or (changed and after["revision"] == before["revision"]):
+                evidence.append({"schedule_id": schedule_id, "after_step": step_a + 1,
+                                 "at_step": step_b if step_b == "final" else step_b + 1,
+                                 "revision": [before["revision"], after["revision"]], "changed": changed})
+    return CheckResult("definition-revision", DEFINITION_REVISION, not evidence, evidence, rows)
+
+
+ACCEPTANCE_ANCHOR = rule_of(
+    "acceptance-anchor",
+    "It is the only anchor for After, and the anchor for an Every schedule when the caller did not supply one. "
+    "(Every generation of an Every whose create or update command gave no anchor stores as anchor_utc exactly its "
+    "own accepted_at_utc, to the microsecond, a later generation included. The other checks judge instants "
+    "relative to the stored anchor, so only this one sees an anchor taken from elsewhere.)")
+
+
+def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) -> CheckResult:
+    """The stored anchor of each Every generation the scenario created or updated without one (the model's
+    generation is then anchored on the acceptance time it read back) against that generation's accepted_at_utc."""
+    evidence = []
+    rows = 0
+    for name, schedule in sorted(model.schedules.items()):
+        for g in schedule.generations:
+            if g.kind != "every" or g.anchor != g.accepted_at or name not in schedule_ids:
+                continue
+            stored = state.generation(schedule_ids[name], g.number)
+            if stored is None:
+                continue  # a generation the database lacks: model-agreement judges it
+            rows += 1
+            if stored["anchor_utc"] != stored["accepted_at_utc"]:
+                evidence.append({"schedule": name, "generation": g.number,
+                                 "anchor_utc": instant_text(stored["anchor_utc"]) if stored["anchor_utc"] else None,
+                                 "accepted_at_utc": instant_text(stored["accepted_at_utc"]),
+                                 "expected": "the command gave no anchor: the generation's own acceptance time"})
+    return CheckResult("acceptance-anchor", ACCEPTANCE_ANCHOR, not evidence, evidence, rows)
+
+
+# The client-command checks live in their own module; importing it here registers their rules with the rest.
+from . import commands  # noqa: E402,F401
+# The checks read at the barriers live in a module of their own and register here like every other, so every
+# reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
+from . import barrier_facts  # noqa: E402,F401

@@ -118,6 +118,27 @@ def cmd_barriers(args) -> int:
     return 0
 
 
+def cmd_coverage(args) -> int:
+    from . import coverage
+    wrong = coverage.problems()
+    if wrong:
+        raise TestHostError(f"docs/certification.md is not true ({len(wrong)} problems; tests/test_certification.py "
+                            f"names them), first: {wrong[0]}")
+    found = coverage.summary()
+    print(coverage.headline(found))
+    for klass in coverage.CLASSES:
+        print(f"  {klass:14} {found['counts'][klass]:3}")
+    if found["gaps"]:
+        print("gaps (not enforced until closed):")
+        for sentence, group, text in found["gaps"]:
+            print(f"  [{group}] {sentence}\n      {text}")
+    if args.shapes and found["shapes"]:
+        print("caught only in some shapes:")
+        for sentence, text in found["shapes"]:
+            print(f"  {sentence}\n      {text}")
+    return 0
+
+
 def cmd_scenarios(args) -> int:
     from pathlib import Path
 
@@ -336,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("barriers", help="list the barrier catalog")
     listing.set_defaults(run=cmd_barriers)
+    cover = sub.add_parser("coverage", help="how many spec sentences certification enforces (docs/certification.md): "
+                           "the count per class, and every known gap")
+    cover.add_argument("--shapes", action="store_true", help="also list the sentences caught only in some shapes")
+    cover.set_defaults(run=cmd_coverage)
     scen = sub.add_parser("scenarios", help="list the scenario catalog")
     scen.add_argument("--matrix", action="store_true", help="run the fault-free census and list the matrix, with "
                       "every skipped combination and why, and each fault-free case that did not pass (then exit 1)")

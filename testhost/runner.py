@@ -21,13 +21,17 @@ from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step
 
 from . import skew
+from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+                     acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
+                     definition_revision,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
 from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor, requeue_kept
+from .commands import results as command_results
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
 from .components import find_libfaketime
@@ -40,7 +44,7 @@ from .sessions import KeptSession
 from .store import RUNTIME, Store, StorePool
 from .timelines import Timelines
 from .verdict import baseline as make_baseline, fault_free_judges
-from .world import CLOCK, World
+from .world import CLOCK, NETWORK, World
 
 SCOPE = "tenant-a"
 DEADLINE_S = 2.0
@@ -164,6 +168,7 @@ class CaseRun:
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
+        self.command_facts: dict[str, list] = {}  # per client check, what each client step showed it
         self.coalesced_seen: list[tuple[int, dict]] = []  # pending coalesced rows after each step
         self.late_probe: tuple[dict, dict] | None = None  # a paused processor's schedule rows before it resumed
         self.late_check: CheckResult | None = None
@@ -191,6 +196,7 @@ class CaseRun:
         self._expecting = False  # a pass whose step expects an answer (a refused lease) is being asked
         self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
+        self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
 
     @property
     def owner(self) -> KeptSession:
@@ -204,9 +210,17 @@ class CaseRun:
 
     # -- implementations and barriers ----------------------------------------------------------------------
 
+    @property
+    def network_faulted(self) -> bool:
+        """Whether this case's fault acts on the network, so the implementation must reach the server through
+        the proxy. Otherwise its DSNs go straight to the server: the proxy would only relay the bytes (it was
+        about 7% of a case's CPU, and one more hop for every round trip)."""
+        return self.plan.fault is not None and NETWORK in FAULTS[self.plan.fault].needs
+
     def start_implementation(self, label: str) -> Implementation:
-        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=True),
-               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=True),
+        proxied = self.network_faulted
+        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=proxied),
+               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
         if len(self.started) >= MAX_STARTS:
             last = self.started[-1]
@@ -279,6 +293,7 @@ class CaseRun:
     def _watch_barrier(self, impl: Implementation, name: str, context: dict, fire: bool) -> None:
         """What the counts and the Work clock need from a barrier: a fault inside a counting window, and the
         committed decision at which the bridge's clock move starts."""
+        self.barrier_facts.at_barrier(self, impl, name, context, fire)
         window = self._window
         if fire and window is not None:
             window["faults"].append(self.plan.fault)
@@ -358,6 +373,7 @@ class CaseRun:
             # The raw cursor beside what was decided so far, to tell a cursor that moved with no decision.
             cursors = conn.execute(
                 "select d.schedule_id::text as schedule_id, d.cursor_utc, d.active_generation, "
+                "d.revision, d.lifecycle_state, d.suspension_reason, d.runtime_epoch, d.scope_generation, "
                 "(select count(*) from appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id) "
                 "as occurrences, (select max(last_nominal_utc) from appsurface_durable.schedule_occurrences o "
                 "where o.schedule_id = d.schedule_id) as last_decided, (select count(*) from "
@@ -455,7 +471,7 @@ class CaseRun:
         schedule as it stands instead of applying twice. A fallback that cannot complete the step is a harness
         error (FallbackFailed), never charged to the implementation.
         """
-        command_id = uuid.uuid4()
+        command_id = uuid.UUID(args["command_id"]) if "command_id" in args else uuid.uuid4()
         for attempt in range(attempts):
             impl = self.impls["A"]
             if impl.supports(op):
@@ -1002,6 +1018,7 @@ class CaseRun:
             checks.append(fence_seen(self.coalesced_seen))
             checks.append(passive_processor(self.coalesced_seen, self.started))
             checks.append(requeue_kept(self.coalesced_seen))
+            checks.append(definition_revision(self.coalesced_seen, state))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)
@@ -1019,7 +1036,9 @@ class CaseRun:
             checks += [c for c in judges if c.name != "crash-equivalence"]
             checks.append(model_agreement(picture, model))
             checks.append(history_agreement(state, self.schedule_ids, model))
+            checks.append(acceptance_anchor(state, self.schedule_ids, model))
             checks.extend(client_outcomes(self.client_outcomes))
+            checks.extend(command_results(self.command_facts))
             fate = self._server_fate()
             checks.append(outcome_honesty(self.answers, fate))
             if self.beside_outcomes:
@@ -1031,6 +1050,7 @@ class CaseRun:
             if drills:
                 outcome.measurements["restore-drills"] = drills
             checks += self._count_and_clock_checks(state)
+            checks += self.barrier_facts.checks()
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,

@@ -164,6 +164,8 @@ class Store:
                                  server_incarnation(self.world))
         # The verifier's session (migration owner, direct, autocommit), kept from case to case: a reset spares it.
         self.verifier = KeptSession(self.owner, server_incarnation(self.world))
+        # The barrier reader's (testhost/barrier_facts.py): its own, since racers' barriers read on two threads.
+        self.barrier_reader = KeptSession(self.owner, server_incarnation(self.world))
 
     def owner(self) -> psycopg.Connection:
         """The verifier's connection: the migration owner, direct, autocommit, sees every scope."""
@@ -182,6 +184,7 @@ class Store:
     def drop(self) -> None:
         self.admin.close()
         self.verifier.close()
+        self.barrier_reader.close()
         with psycopg.connect(self.world.admin_dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(self.dbname)))
 
@@ -315,7 +318,7 @@ class StoreChanged(Exception):
 
 def reset_store(store: Store, snapshot: Snapshot, *, settle_s: float = 10.0) -> None:
     """Put a used store back to `snapshot` in one transaction: end every session still attached but the
-    verifier's (a killed or paused implementation's backends), roll back prepared transactions, drop partitions made since, and
+    verifier's and the barrier reader's (a killed or paused implementation's backends), roll back prepared transactions, drop partitions made since, and
     replace every table's rows and every sequence's position with the snapshot's. Raises StoreChanged when
     anything else in the schema differs."""
     import time
@@ -323,9 +326,10 @@ def reset_store(store: Store, snapshot: Snapshot, *, settle_s: float = 10.0) -> 
     with store.admin() as conn:
         deadline = time.monotonic() + settle_s
         spared = store.verifier.idle_pid() or 0
+        reader = store.barrier_reader.idle_pid() or 0
         while conn.execute("select count(pg_terminate_backend(pid)) from pg_stat_activity "
-                           "where datname = current_database() and pid not in (pg_backend_pid(), %s)",
-                           (spared,)).fetchone()[0]:
+                           "where datname = current_database() and pid not in (pg_backend_pid(), %s, %s)",
+                           (spared, reader)).fetchone()[0]:
             if time.monotonic() > deadline:
                 raise StoreChanged("sessions of the last case did not end")
             time.sleep(0.01)

@@ -135,7 +135,7 @@ class World:
         return self.cluster.dsn(user=user, dbname=dbname)
 
     def proxied_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
-        """Through the proxy: the only way the implementation under test reaches the cluster."""
+        """Through the proxy: how the implementation under test reaches the cluster in a case with a network fault."""
         if self.proxy is None:
             return self.admin_dsn(dbname, user)
         return f"host={self.proxy.host} port={self.proxy.port} user={user} dbname={dbname}"

@@ -252,8 +252,12 @@ def test_a_reset_spares_the_verifiers_idle_session_and_ends_one_left_in_a_transa
         other = psycopg.connect(store.runtime_dsn, autocommit=True)
         with store.verifier() as conn:
             kept = conn.info.backend_pid
+        with store.barrier_reader() as conn:
+            reader = conn.info.backend_pid
         reset_store(store, snapshot)
         assert _session_ended(other)
+        with store.barrier_reader() as conn:  # the barrier reader's idle session is kept too
+            assert conn.info.backend_pid == reader and conn.execute("select 1").fetchone()
         with store.verifier() as conn:
             assert conn.info.backend_pid == kept and conn.execute("select 1").fetchone()
             conn.execute("begin")

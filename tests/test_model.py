@@ -127,3 +127,37 @@ def test_the_picture_places_the_cursor_on_the_last_instant_at_or_before_it():
     assert picture(model)["grid"]["cursor_instant"] == 120_000_000  # exactly at an instant counts
     model.create("once", Generation(1, "at", T, at=T + timedelta(seconds=60)))
     assert picture(model)["once"]["cursor_instant"] is None
+
+
+def test_a_copied_model_is_equal_and_independent_of_its_original():
+    import copy
+    import dataclasses
+
+    from testhost.model import Occurrence, Schedule
+
+    model = Model()
+    model.create("s", every())
+    model.create("t", every(minutes=5, window=timedelta(minutes=1)))
+    model.pass_(T + 2 * MIN)
+    model.work("s", 1, "succeeded")
+    model.plant("s", 1, "nominal", T + 3 * MIN)
+    model.pass_(T + timedelta(hours=2))  # t suspends: an event to copy
+    clone = copy.deepcopy(model)
+    # Every field is carried: a field added to Schedule, Occurrence or Model must be added to the copy too.
+    assert vars(clone).keys() == vars(model).keys()
+    for name, s in model.schedules.items():
+        assert dataclasses.asdict(clone.schedules[name]) == dataclasses.asdict(s)
+    assert {f.name for f in dataclasses.fields(Schedule)} == {"name", "generations", "cursor", "epoch",
+                                                             "scope_generation", "lifecycle", "suspension",
+                                                             "occurrences", "events"}
+    assert {f.name for f in dataclasses.fields(Occurrence)} == {"generation", "kind", "first", "last", "state",
+                                                               "work"}
+    assert clone.planted == model.planted and model.schedules["t"].events
+    before = copy.deepcopy(model)
+    clone.pass_(T + timedelta(hours=3))
+    clone.work("s", 2, "failed")
+    clone.advance_epoch()
+    clone.plant("t", 1, "nominal", T)
+    assert [dataclasses.asdict(s) for s in model.schedules.values()] == \
+        [dataclasses.asdict(s) for s in before.schedules.values()]
+    assert (model.epoch, model.planted) == (before.epoch, before.planted)

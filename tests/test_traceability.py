@@ -1,6 +1,6 @@
 """docs/traceability.md maps every sentence of the normative spec to the tests that pin it. Pure: no database.
 
-The spec is split into sentences by one fixed rule (below); the page must quote each sentence exactly once as a
+The spec is split into sentences by one fixed rule (testhost/sentences.py); the page must quote each sentence exactly once as a
 `- > ` entry, each entry must cite at least one test id (`tests/<file>.py::<function>`) or say why it is
 `outside Gate A:`, every cited test must exist, and no entry may quote text that is no longer a spec sentence.
 """
@@ -8,82 +8,28 @@ The spec is split into sentences by one fixed rule (below); the page must quote 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from collections import Counter
 from functools import cache
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PAGE = REPO / "docs" / "traceability.md"
-# A copy of the normative spec is kept in docs/spec/ so a bare clone can test itself; where shared/ lies
-# beside the checkout (every machine of ours, and CI), the copy must equal it.
-REPO = Path(__file__).resolve().parents[1]
-SPEC = Path(os.environ.get("CRASHPROOF_SPEC", REPO / "docs" / "spec" / "durable-schedule-protocol-v1.txt"))
-SHARED_SPEC = REPO.parent / "shared" / "spec" / "durable-schedule-protocol-v1.txt"
+from testhost import sentences
+from testhost.sentences import ENTRY, REPO, SHARED_SPEC, SPEC, split_spec
 
-SENTENCE_BREAK = re.compile(r"(?<=[.:])\s+(?=[A-Z(0-9])")
-LIST_NUMBER = re.compile(r"\d+\.")
-ENTRY = "- > "
+PAGE = REPO / "docs" / "traceability.md"
 TEST_ID = re.compile(r"^  - (tests/[\w/]+\.py)::(\w+)$")
 OUTSIDE = re.compile(r"^  - outside Gate A: .+, see docs/protocol-notes\.md$")
 
 
-def is_heading(line: str) -> bool:
-    """A section heading: a non-empty line that does not end with '.' or ':' and is shorter than 80 characters."""
-    text = line.strip()
-    return bool(text) and not text.endswith((".", ":")) and len(text) < 80
-
-
-def split_spec(text: str) -> list[tuple[str, list[str]]]:
-    """[(section heading, [sentence, ...]), ...]: the title line and the headings dropped from the text, the
-    remaining paragraphs joined, each split at SENTENCE_BREAK, stripped, list numbers ("1.") dropped, internal
-    whitespace normalized to single spaces."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    paragraph: list[str] = []
-
-    def flush() -> None:
-        if paragraph:
-            for piece in SENTENCE_BREAK.split(" ".join(paragraph)):
-                sentence = " ".join(piece.split())
-                if sentence and not LIST_NUMBER.fullmatch(sentence):
-                    sections[-1][1].append(sentence)
-            paragraph.clear()
-
-    for line in text.splitlines()[1:]:  # the first line is the title
-        if not line.strip():
-            flush()
-        elif is_heading(line):
-            flush()
-            sections.append((line.strip(), []))
-        else:
-            paragraph.append(line.strip())
-    flush()
-    return [(heading, sentences) for heading, sentences in sections if sentences or heading]
-
-
 @cache
 def spec_sentences() -> tuple[str, ...]:
-    assert SPEC.is_file(), f"the normative spec is not at {SPEC} (set CRASHPROOF_SPEC to its path)"
-    return tuple(s for _, sentences in split_spec(SPEC.read_text(encoding="utf-8")) for s in sentences)
+    return sentences.spec_sentences()
 
 
 @cache
 def page_entries() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
-    """(line number, quoted sentence, (sub-bullet lines, ...)) for every `- > ` entry of the page."""
-    entries: list[tuple[int, str, list[str]]] = []
-    current: list[str] | None = None  # the sub-bullets of the entry being read, None outside an entry
-    for number, line in enumerate(PAGE.read_text(encoding="utf-8").splitlines(), 1):
-        if line.startswith(ENTRY):
-            current = []
-            entries.append((number, line[len(ENTRY):], current))
-        elif line.startswith("  ") and current is not None:
-            current.append(line)
-        elif line.strip():
-            current = None  # a heading or prose ends the entry; only lines right below it belong to it
-    return tuple((n, s, tuple(subs)) for n, s, subs in entries)
+    return sentences.page_entries(PAGE)
 
 
 @cache
