@@ -483,7 +483,8 @@ NORMATIVE = (
         "the next claim, not after it (`pass-leaves-no-lease`).",
         "The processor is passive: it runs a pass only while a `process-due` request is in flight, never on a "
         "timer or a thread of its own. A barrier reported while no request is in flight (or after the answer to "
-        "the one in flight) is answered `continue` at once and fails the case, and so does a claim, an occurrence decided or linked, a skipped range or a "
+        "the one in flight) is answered `continue` at once and fails the case, and so does a claim, an "
+        "occurrence decided or linked, a skipped range or a "
         "suspension that commits across steps in which the host sent no `process-due` (`passive-processor`; in "
         "scenario `safety-window-sides` an `advance` with `quiet_s` leaves 1.5 s of wall time with two schedules "
         "due and nothing asked, in the fault-free run).",

@@ -324,7 +324,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "The adapter hosts its processor: once no request has come for half a second, a thread of its own runs "
         "passes (reporting no barrier), so due schedules are decided with nothing asked.",
         (Edit("adapter.py", "import json\n", "import json\nimport threading\nimport time\n"),
-         Edit("adapter.py", '        """Report the hit and block until the host answers; the host may kill us meanwhile."""\n',
+         Edit("adapter.py", '        """Report the hit and block until the host answers; the host may kill us '
+              'meanwhile."""\n',
               '        """Report the hit and block until the host answers; the host may kill us meanwhile."""\n'
               "        if threading.current_thread() is not threading.main_thread():\n            return\n"),
          Edit("adapter.py", '            if request.get("type") == "shutdown":\n                break\n'

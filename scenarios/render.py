@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .steps import (BESIDE_BARRIERS, BESIDE_AFTER_DECISION, DEFINITION_FIELDS, DROPPED_FIELDS, EXPECTATION_FIELDS, OCCURRENCE_FIELDS,
-                    SCENARIO_FIELDS, STEPS, Field)
+from .steps import (BESIDE_AFTER_DECISION, BESIDE_BARRIERS, DEFINITION_FIELDS, DROPPED_FIELDS, EXPECTATION_FIELDS,
+                    OCCURRENCE_FIELDS, SCENARIO_FIELDS, STEPS, Field)
 from .times import T0
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"

@@ -1149,7 +1149,8 @@ def _open_at_cursor(state: StoreState):
 PASSIVE = rule_of(
     "passive-processor",
     "PostgreSqlDurableScheduleProcessor is provider-specific and passive. (Nothing happens without a request: no "
-    "barrier is reported while no request is in flight or after its answer, and across the steps in which the host asked for no "
+    "barrier is reported while no request is in flight or after its answer, and across the steps in which the "
+    "host asked for no "
     "`process-due` pass nothing only a processor writes changes: no claim, no occurrence decided or linked, no "
     "skipped range, no suspension. A quiet stretch (`advance` with `quiet_s`) gives a processor that runs on its "
     "own the time to show it.)")
