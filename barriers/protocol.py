@@ -387,6 +387,15 @@ NORMATIVE = (
         "extended, or a range skipped), and then to that decision's cutoff. A pass with nothing due, a cutoff at "
         "or behind the cursor, a fence mismatch and an anomaly leave it where it is (`idle-pass-keeps-cursor`, "
         "`cursor-within-decisions-and-server-time`).",
+        "The safety window is the generation's own `safety_window_s` (default 3600): lateness at or under it is a "
+        "recovery (or nominal) decision, never a suspension (`anomaly-only-past-the-window`; scenario "
+        "`safety-window-sides`: a 120 s window late by about 240 s suspends, a 7,200 s window late by about "
+        "5,340 s recovers).",
+        "A cutoff at or behind the cursor decides nothing and suspends nothing, also when the schedule is "
+        "claimable then (a Work finished while the server clock stood behind the cursor requeued it: the bridge "
+        "still materializes the waiting coalesced occurrence). No `clock-anomaly` suspension is written at a "
+        "transaction time at or before its cursor, and no occurrence or skipped range starts after the time of "
+        "the transaction that decided it (`behind-cursor-no-op`; scenario `clock-behind-cursor`).",
     )),
     Section("Occurrences and the slot", (
         "Occurrence kinds are `nominal`, `recovery` and `coalesced`; Gate A writes the states `pending`, "
@@ -399,6 +408,14 @@ NORMATIVE = (
         "A new generation supersedes the pending occurrences of older ones; nothing is materialized for a "
         "superseded occurrence or while the schedule is suspended "
         "(`nothing-materialized-for-superseded-or-suspended`).",
+        "A Work that reaches terminal truth while a pending coalesced occurrence waits requeues the schedule in "
+        "the same transaction (the schema's trigger sets `due_at_utc` to its transaction time, and "
+        "`claimable_at_utc` too unless a lease is held). A pass that holds the lease then must not write a later "
+        "due time over that requeue when it releases: after every step, an active schedule with a pending "
+        "coalesced occurrence of its active generation, no nonterminal Work in its slot and no lease held is "
+        "claimable at once (`requeue-kept`). Scenario `coalesce-terminal-callback` finishes the Work from the "
+        "host's own session at `schedule-decision-after-commit`, right after a decision coalesced an instant "
+        "behind it: a release in a transaction of its own after that barrier must look again.",
     )),
     Section("Work identity and payload", (
         "The canonical occurrence identity is the text `scope_id|schedule_id|generation|kind|first_nominal_utc` "
@@ -457,6 +474,20 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
+        "A pass claims at most `maximum_schedules` dispatch rows, and at most `cancel_after` when it is cancelled "
+        "after that many: the host counts the lease generations that moved while the request ran (racing "
+        "requests against their sum; not where a `lost-commit-reply` or `pause` fault fired) (`pass-bounded`). "
+        "Before any fault of the case, a pass that claimed nothing must answer `ok` (`empty-pass-ok`), unless its "
+        "step expects a refusal, and a pass that answered leaves no lease it took held: every dispatch row whose "
+        "lease generation moved while it ran is `ready` once it answered, so cancellation is looked at before "
+        "the next claim, not after it (`pass-leaves-no-lease`).",
+        "The processor is passive: it runs a pass only while a `process-due` request is in flight, never on a "
+        "timer or a thread of its own. A barrier reported while no request is in flight (or after the answer to "
+        "the one in flight) is answered `continue` at once and fails the case, and so does a claim, an "
+        "occurrence decided or linked, a skipped range or a "
+        "suspension that commits across steps in which the host sent no `process-due` (`passive-processor`; in "
+        "scenario `safety-window-sides` an `advance` with `quiet_s` leaves 1.5 s of wall time with two schedules "
+        "due and nothing asked, in the fault-free run).",
         "A lost COMMIT reply must turn into an error within it, not a hang: when a round trip outlives "
         "`CRASHPROOF_DEADLINE_S`, give up on it and close that connection. The host holds a lost COMMIT reply "
         "for the deadline plus {margin} s (at the first hit of each before-commit barrier in the scenarios tagged "

@@ -34,6 +34,14 @@ LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares
 WORK_CLOCK = ("The later Work acceptance timestamp is deliberately not used: the Work protocol owns a separate "
               "clock_timestamp() sample.")
 PASS_COUNTS = "An `ok` answer of `process-due` counts what its pass committed"
+SAFETY_WINDOW = ("A forward cutoff inside the configured safety window creates one declared recovery range and "
+                 "follows the persisted misfire policy.")
+BOUNDED = "processes at most MaximumSchedules schedules (default 1)"
+EMPTY_PASS = "returns zero counts for an empty pass"
+BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
+PASSIVE = "PostgreSqlDurableScheduleProcessor is provider-specific and passive."
+REQUEUE = "If one exists, it requeues the Schedule dispatch row in that same transaction."
+CANCEL_LEASE = "observes cancellation before starting the next lease"
 WORK_INSIDE_LINK = ("The Work bridge calls the existing PostgreSqlDurableWorkTransactionWriter.EnqueueAsync("
                     "NpgsqlTransaction, DurableWorkRequest) inside the occurrence-link transaction.")
 GATE_A_STATES = ("Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence "
@@ -266,6 +274,120 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "        counts.add(decided)\n        barriers.hit(\"schedule-decision-after-commit\"",
               "        barriers.hit(\"schedule-decision-after-commit\"")),
         slice=("at-single/schedule-decision-before-commit/disconnect/*",)),
+    Mutant(
+        "safety-window-ignored", SAFETY_WINDOW,
+        "The decision judges lateness against the default window of 3,600 s, not the generation's configured one.",
+        (Edit("processor.py", "evaluation = evaluate(generation.timing, cursor, cutoff, generation.safety_window)",
+              "evaluation = evaluate(generation.timing, cursor, cutoff, timedelta(seconds=3600))"),),
+        slice=("safety-window-sides",)),
+    Mutant(
+        "maximum-schedules-ignored", BOUNDED,
+        "A pass claims every due schedule, whatever maximum_schedules it was asked for.",
+        (Edit("processor.py", "        for _ in range(request.maximum_schedules):\n",
+              "        for _ in range(max(request.maximum_schedules, 64)):\n"),),
+        slice=("safety-window-sides",)),
+    Mutant(
+        "empty-pass-fails", EMPTY_PASS,
+        "A pass whose claim finds nothing due answers `fail` (nothing to do) instead of `ok` with zero counts.",
+        (Edit("processor.py", "            if claim is None:\n                break\n",
+              "            if claim is None:\n                if counts.claimed == 0:\n"
+              "                    raise LeaseLost(\"nothing is due\")\n                break\n"),),
+        slice=("safety-window-sides", "clock-behind-cursor")),
+    Mutant(
+        "cancel-after-claim", CANCEL_LEASE,
+        "A cancelled pass claims the next lease before it looks at the cancellation, then stops and leaves that "
+        "lease held until it expires.",
+        (Edit("processor.py", "            if cancel is not None and cancel.cancelled:\n                break\n"
+              "            try:\n                claim = self._retrying(",
+              "            try:\n                claim = self._retrying("),
+         Edit("processor.py", "            if claim is None:\n                break\n            counts.claimed += 1\n",
+              "            if claim is None:\n                break\n            counts.claimed += 1\n"
+              "            if cancel is not None and cancel.cancelled:\n                break\n")),
+        slice=("cancel-between-leases",)),
+    Mutant(
+        "behind-cursor-suspends", BEHIND_CURSOR,
+        "A cutoff behind the cursor (the server clock went back) is taken for a clock anomaly and suspends the "
+        "schedule instead of being a no-op.",
+        (Edit("evaluator.py", '    if cutoff <= cursor:\n        return NoOp("cutoff-not-after-cursor")\n',
+              '    if cutoff < cursor:\n        return Anomaly(cursor, cutoff, cursor - cutoff, safety_window)\n'
+              '    if cutoff == cursor:\n        return NoOp("cutoff-not-after-cursor")\n'),),
+        slice=("clock-behind-cursor",)),
+    Mutant(
+        "cursor-end-included", CUTOFF,
+        "The decision evaluates [cursor_utc, cutoff_utc]: an instant the cursor stands exactly on is due again.",
+        (Edit("evaluator.py", "    first = next_after(timing, cursor)\n    if first is None or first > cutoff:\n",
+              "    cursor = cursor - MICROSECOND\n    first = next_after(timing, cursor)\n"
+              "    if first is None or first > cutoff:\n"),),
+        slice=("cutoff-on-instant",)),
+    Mutant(
+        "hosted-processor", PASSIVE,
+        "The adapter hosts its processor: once no request has come for half a second, a thread of its own runs "
+        "passes (reporting no barrier), so due schedules are decided with nothing asked.",
+        (Edit("adapter.py", "import json\n", "import json\nimport threading\nimport time\n"),
+         Edit("adapter.py", '        """Report the hit and block until the host answers; the host may kill us '
+              'meanwhile."""\n',
+              '        """Report the hit and block until the host answers; the host may kill us meanwhile."""\n'
+              "        if threading.current_thread() is not threading.main_thread():\n            return\n"),
+         Edit("adapter.py", '            if request.get("type") == "shutdown":\n                break\n'
+              "            self.send(self.respond(request))\n",
+              '            if request.get("type") == "shutdown":\n                break\n'
+              "            self._idle_since = None\n            self.send(self.respond(request))\n"
+              "            self._idle_since = time.monotonic()\n"),
+         Edit("adapter.py", "        for line in self.stdin:\n            if not line.strip():\n",
+              "        self._idle_since = time.monotonic()\n"
+              "        threading.Thread(target=self._hosted, daemon=True).start()\n"
+              "        for line in self.stdin:\n            if not line.strip():\n"),
+         Edit("adapter.py", "\ndef main() -> int:\n",
+              "    def _hosted(self) -> None:\n"
+              "        processor = ScheduleProcessor(self.runtime_dsn, self.dispatcher_dsn, deadline=self.deadline)\n"
+              "        while True:\n"
+              "            time.sleep(0.1)\n"
+              "            idle = self._idle_since\n"
+              "            if idle is None or time.monotonic() - idle < 0.5:\n"
+              "                continue\n"
+              "            try:\n"
+              "                processor.process_due(ProcessRequest(maximum_schedules=64, "
+              "lease_duration=timedelta(seconds=2)))\n"
+              "            except Exception:  # noqa: BLE001\n"
+              "                pass\n"
+              "\n\ndef main() -> int:\n")),
+        slice=("safety-window-sides",)),
+    Mutant(
+        "anomaly-leaves-no-evidence", EVIDENCE,
+        "A clock-anomaly suspension writes no schedule_history row (other suspensions and skipped ranges still do).",
+        (Edit("processor.py", '        s.defer(query("schedule", "record_history"), {"schedule_id": '
+              'definition["schedule_id"], "event": event,\n',
+              '        if detail.get("reason") == "clock-anomaly":\n            return\n'
+              '        s.defer(query("schedule", "record_history"), {"schedule_id": '
+              'definition["schedule_id"], "event": event,\n'),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "anomaly-evidence-without-cursor", EVIDENCE,
+        "A clock-anomaly suspension's history detail leaves out the cursor it kept.",
+        (Edit("processor.py", '                "cursor_utc": canonical_instant(cursor), "cutoff_utc": '
+              'canonical_instant(cutoff),\n',
+              '                "cutoff_utc": canonical_instant(cutoff),\n'),),
+        slice=("anomaly-suspends",)),
+    Mutant(
+        "release-overwrites-requeue", REQUEUE,
+        "The lease is released in a transaction of its own after the decision, with the due time the decision "
+        "computed, so a Work that reached terminal truth in between has its requeue written over.",
+        (Edit("processor.py", "        decided = ProcessCounts()\n",
+              "        decided = ProcessCounts()\n        self._release_later = None\n"),
+         Edit("processor.py", "        if not may_bridge:\n"
+              "            self._release(s, dispatch, next_after(generation.timing, cursor))\n",
+              "        if not may_bridge:\n"
+              "            self._release_later = {\"dispatch_id\": dispatch[\"dispatch_id\"], "
+              "\"due_at_utc\": next_after(generation.timing, cursor)}\n"),
+         Edit("processor.py", '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              "        if not bridge:\n            return\n",
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              "        if not bridge:\n"
+              "            if self._release_later is not None:\n"
+              "                with self.runtime.scoped(scope_id, self.runtime_role) as s:\n"
+              '                    s.execute(query("schedule", "release_lease"), self._release_later)\n'
+              "            return\n")),
+        slice=("coalesce-terminal-callback",)),
     # No barrier sits between the two commits, so no fault at a barrier can separate them: only what the host reads
     # at the barriers (testhost/barrier_facts.py) tells two transactions from one.
     Mutant(

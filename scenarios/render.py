@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .steps import (BESIDE_BARRIERS, DEFINITION_FIELDS, DROPPED_FIELDS, EXPECTATION_FIELDS, OCCURRENCE_FIELDS,
-                    SCENARIO_FIELDS, STEPS, Field)
+from .steps import (BESIDE_AFTER_DECISION, BESIDE_BARRIERS, DEFINITION_FIELDS, DROPPED_FIELDS, EXPECTATION_FIELDS,
+                    OCCURRENCE_FIELDS, SCENARIO_FIELDS, STEPS, Field)
 from .times import T0
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"
@@ -59,7 +59,9 @@ def render() -> str:
         "when the implementation reports that barrier for the `hit`-th time in this step, the TestHost runs the "
         "inner step from its own session while the implementation waits for the reply (cancelling it as soon as the "
         "server shows it waiting for a lock), then releases the barrier. Barriers: " + ", ".join(f"`{b}`" for b in BESIDE_BARRIERS) + " (before the "
-        "decision commits, so the inner step comes wholly before the pass's effects or wholly after them). Inner "
+        "decision commits, so the inner step comes wholly before the pass's effects or wholly after them; "
+        "`complete-work` also at " + ", ".join(f"`{b}`" for b in BESIDE_AFTER_DECISION) + ", between a committed "
+        "decision and the rest of its pass, since it changes dispatch eligibility only). Inner "
         "steps: " + ", ".join(f"`{op}`" for op, kind in STEPS.items() if kind.beside_barrier) + " (steps whose "
         "order against a held transaction the spec decides).",
         "",

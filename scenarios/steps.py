@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -85,6 +86,9 @@ CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many le
 # Where a step may run beside a held pass: before the decision commits, so the step comes wholly before the pass's
 # effects or wholly after them (a barrier after the decision's commit would split the pass in two for the model).
 BESIDE_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit")
+# A Work's terminal transition changes dispatch eligibility only, so it may also come between a committed decision
+# and the rest of its pass: the final state is the model's either way (docs/protocol-notes.md, 29i).
+BESIDE_AFTER_DECISION = ("schedule-decision-after-commit",)
 DURING = Field("during", (dict,), "a step the host runs from its own session while the implementation is held at "
                "a barrier of this pass (see \"Steps beside a held barrier\")")
 
@@ -391,11 +395,17 @@ lifecycle = "active"
 
 # -- the clock ---------------------------------------------------------------------------------------------
 
+QUIET_LIMIT_S = 5.0  # a quiet stretch costs its wall time in the fault-free run
+
+
 @step_kind
 class Advance(StepKind):
     op = "advance"
     summary = "Move the server clock by a number of seconds (negative: backwards); it keeps running from there."
-    fields = (Field("seconds", (int, float), "how far to move the clock", required=True),)
+    fields = (Field("seconds", (int, float), "how far to move the clock", required=True),
+              Field("quiet_s", (int, float), "then, in the fault-free run only, wait this many seconds of wall time "
+                    "asking the implementation nothing (at most 5): a passive processor changes nothing and reports "
+                    "no barrier meanwhile (`passive-processor`)"))
     example = '''description = "Time passes."
 [[steps]]
 op = "create"
@@ -413,8 +423,18 @@ op = "process"
 works = 1
 '''
 
+    def validate(self, args, context):
+        quiet = args.get("quiet_s", 1)
+        if isinstance(quiet, bool) or not 0 < quiet <= QUIET_LIMIT_S:
+            raise StepError(f"quiet_s must be more than 0 and at most {QUIET_LIMIT_S:g} seconds")
+
     def run(self, case, step):
         case.advance(timedelta(seconds=step.args["seconds"]))
+        if "quiet_s" in step.args and case.plan.fault is None:
+            # Time passes on the running server clock with nothing asked; faulted runs skip it (it costs wall time
+            # in every case, and one fault-free run shows a processor that acts on its own).
+            case.note("quiet", seconds=step.args["quiet_s"])
+            time.sleep(step.args["quiet_s"])
 
     def replay(self, replay, step, skip):
         replay.now += timedelta(seconds=step.args["seconds"])
@@ -488,7 +508,8 @@ class Pass(StepKind):
             raise StepError("expect = \"any\" is for client steps; a pass expects ok or fail")
         if "during" in args:
             during = args["during"]
-            if during.get("barrier") not in BESIDE_BARRIERS:
+            allowed_barriers = BESIDE_BARRIERS + (BESIDE_AFTER_DECISION if during.get("op") == "complete-work" else ())
+            if during.get("barrier") not in allowed_barriers:
                 raise StepError(f"during.barrier must be one of {', '.join(BESIDE_BARRIERS)} (a barrier before the "
                                 f"decision commits: the model orders the step before or after the whole pass)")
             if not isinstance(during.get("hit", 1), int) or isinstance(during.get("hit"), bool) \
@@ -629,6 +650,7 @@ works = 1
 class CompleteWork(StepKind):
     op = "complete-work"
     transactions = frozenset({"Work terminal"})
+    beside_barrier = True
     summary = ("Move a Work item of the schedule to a state (terminal: its slot is free, and a pending coalesced "
                "occurrence requeues the dispatch row in the same transaction).")
     fields = (SCHEDULE, Field("nth", (int,), "which of the schedule's Work items in acceptance order: 1 the first, "
@@ -664,6 +686,24 @@ works = 1
             return
         case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
         case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+
+    def run_beside(self, case, step):
+        """The transition from the host's own session while a pass is held (the implementation answers nothing
+        meanwhile): the Work terminal transaction locks the schedule's dispatch row, so it waits for a held
+        decision and comes wholly before or after it, or between a committed decision and the rest of the pass."""
+        args = step.args
+        work_id = case._nth_work(args["schedule"], args.get("nth", -1))
+        if work_id is None:
+            case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
+            return "refused"
+        response = case.work_beside(work_id, args["state"])
+        if response is None:
+            return "waited"
+        case._record(response, f"{step.op} (beside the held barrier)")
+        if response.outcome != "ok":
+            return "refused"  # answered, and changed nothing
+        case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+        return "committed"
 
     def replay(self, replay, step, skip):
         args = step.args

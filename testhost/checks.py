@@ -211,7 +211,8 @@ def _slot(state: StoreState):
         if o["state"] == "materialized":
             by_schedule.setdefault(o["schedule_id"], []).append(o)
     for occs in by_schedule.values():
-        occs.sort(key=lambda o: o["materialized_at_utc"])
+        # Slot order is bridge order (generation, then first instant), not the server clock, which may go back.
+        occs.sort(key=lambda o: (o["generation"], o["first_nominal_utc"]))
         open_ = [o for o in occs if work.get(o["work_id"], {}).get("state") not in TERMINAL]
         if len(open_) > 1:
             evidence.append({"nonterminal_work_in_one_slot": open_})
@@ -269,7 +270,10 @@ def _suspension_cursor(state: StoreState):
         if h["detail"].get("reason") == "clock-anomaly":
             rows += 1
             d = state.definition(h["schedule_id"])
-            recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
+            try:
+                recorded = datetime.fromisoformat(h["detail"]["cursor_utc"].replace("Z", "+00:00"))
+            except (KeyError, AttributeError, TypeError, ValueError):
+                continue  # evidence without its cursor: `processor-history` names it
             if d["lifecycle_state"] == "suspended" and d["cursor_utc"] != recorded:
                 evidence.append({"cursor_moved_while_suspended": d, "cursor_at_suspension": recorded})
     return evidence, rows
@@ -780,7 +784,8 @@ HISTORY_ROWS = rule_of(
     "create a new Schedule identity after resolving the cause. (The processor writes one schedule_history "
     "row `suspended` with detail.reason in the transaction that suspends, and one `recovery-skipped` with "
     "detail.first_nominal_utc and detail.last_nominal_utc in the transaction that skips a recovery range; "
-    "other history rows are free.)")
+    "other history rows are free. A `clock-anomaly` suspension's detail also holds cursor_utc, the unchanged "
+    "cursor as an RFC 3339 instant.)")
 PROCESSOR_EVENTS = ("suspended", "recovery-skipped")
 
 
@@ -813,7 +818,18 @@ def history_agreement(state: StoreState, schedule_ids: dict[str, Any], model) ->
         got = [_history_event(h) for h in written]
         if got != expected:
             evidence.append({"schedule": name, "history": got, "model": expected})
+        evidence += [{"schedule": name, "clock_anomaly_evidence_without_cursor_utc": h} for h in written
+                     if _history_event(h) == ("suspended", "clock-anomaly") and not _readable_cursor(h)]
     return CheckResult("processor-history", HISTORY_ROWS, not evidence, evidence, rows)
+
+
+def _readable_cursor(row: dict) -> bool:
+    """Whether a clock-anomaly suspension's detail holds the unchanged cursor as an RFC 3339 instant."""
+    try:
+        _instant((row["detail"] or {})["cursor_utc"])
+        return True
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return False
 
 
 BESIDE_BARRIER = rule_of(
@@ -961,6 +977,243 @@ def work_own_clock(state: StoreState, moves: list[dict], *, planned: bool = Fals
     return CheckResult("work-own-clock", WORK_CLOCK, not evidence, evidence, rows)
 
 
+BOUNDED_PASS = rule_of(
+    "pass-bounded",
+    "Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at most "
+    "MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes cancellation "
+    "before starting the next lease. (A `process-due` request claims at most `maximum_schedules` dispatch rows, "
+    "and at most `cancel_after` when it is cancelled after that many: seen as the lease generations that moved "
+    "while it ran; racing requests are held to their sum.)")
+
+
+def _limit(request: dict) -> int:
+    return min(request.get("maximum_schedules", 1), request.get("cancel_after", 1 << 30))
+
+
+def pass_bounded(windows: list[dict]) -> CheckResult:
+    """Each window whose facts the verifier could read, and in which no takeover worked beside it: the claims
+    that committed against what its requests allowed."""
+    evidence = []
+    rows = 0
+    for window in windows:
+        if window.get("after") is None or set(window["faults"]) & set(UNCOUNTABLE_FAULTS):
+            continue  # unread, or a takeover processor claimed inside the window
+        rows += 1
+        claimed = window["after"]["claimed"] - window["before"]["claimed"]
+        allowed = sum(_limit(r) for r in window.get("requests", [{}]))
+        if claimed > allowed:
+            evidence.append({"during": window["during"], "claims_committed": claimed, "allowed": allowed,
+                             "requests": window.get("requests"), "answers": window["answers"]})
+    return CheckResult("pass-bounded", BOUNDED_PASS, not evidence, evidence, rows)
+
+
+EMPTY_PASS = rule_of(
+    "empty-pass-ok",
+    "Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at most "
+    "MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes cancellation "
+    "before starting the next lease. (A pass that claimed nothing, before any fault of the case and not asked to "
+    "be refused, answers `ok`; every count it reports is then zero, which `process-counts` holds it to.)")
+
+
+def empty_pass(windows: list[dict]) -> CheckResult:
+    """Every clean window in which no lease generation moved: each answer must be `ok`."""
+    evidence = []
+    rows = 0
+    for window in windows:
+        if not window.get("clean") or window.get("after") is None:
+            continue
+        if window["after"]["claimed"] != window["before"]["claimed"]:
+            continue
+        rows += 1
+        wrong = [a for a in window["answers"] if a["outcome"] != "ok"]
+        if wrong:
+            evidence.append({"during": window["during"], "claims_committed": 0, "answers": wrong,
+                             "expected": "ok with zero counts"})
+    return CheckResult("empty-pass-ok", EMPTY_PASS, not evidence, evidence, rows)
+
+
+LEASE_LEFT = rule_of(
+    "pass-leaves-no-lease",
+    "Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at most "
+    "MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes cancellation "
+    "before starting the next lease. (Before any fault of the case, a pass that answered leaves no lease it took "
+    "still held: every dispatch row whose lease generation moved while it ran is `ready` again once it answered, "
+    "so a cancelled pass abandons no lease it started.)")
+
+
+def pass_leaves_no_lease(windows: list[dict]) -> CheckResult:
+    """Every clean window: the dispatch rows claimed in it that are still leased after its last answer."""
+    evidence = []
+    rows = 0
+    for window in windows:
+        after, before = window.get("leases_after"), window.get("leases_before") or {}
+        if not window.get("clean") or after is None or window.get("after") is None:
+            continue
+        if any(a["outcome"] not in ("ok", "fail") for a in window["answers"]):
+            continue  # an unknown answer or a request that broke: its leases are the recovery's
+        taken = {d: s for d, s in after.items() if s[1] != before.get(d, (None, 0))[1]}
+        rows += len(taken)
+        held = sorted(d for d, (state, _) in taken.items() if state == "leased")
+        if held:
+            evidence.append({"during": window["during"], "leases_left_held": held, "requests": window.get("requests"),
+                             "answers": window["answers"]})
+    return CheckResult("pass-leaves-no-lease", LEASE_LEFT, not evidence, evidence, rows)
+
+
+@invariant("anomaly-only-past-the-window",
+           "A forward cutoff inside the configured safety window creates one declared recovery range and follows "
+           "the persisted misfire policy. (A `clock-anomaly` suspension is right only where its lateness, the "
+           "suspending transaction's time minus the first instant after the cursor, exceeds the safety window of the "
+           "generation it suspended, as configured; lateness equal to the window is inside it.)")
+def _anomaly_past_window(state: StoreState):
+    evidence = []
+    rows = 0
+    for h in state.history:
+        detail = h["detail"] or {}
+        if h["event"] != "suspended" or detail.get("reason") != "clock-anomaly":
+            continue
+        rows += 1
+        d = state.definition(h["schedule_id"])
+        g = state.generation(h["schedule_id"], h["generation"] if h.get("generation") is not None
+                             else d["active_generation"])
+        try:
+            cursor = _instant(detail["cursor_utc"])
+        except (KeyError, AttributeError, TypeError, ValueError):
+            cursor = d["cursor_utc"]  # PROTOCOL.md asks for detail.cursor_utc; the cursor stayed put regardless
+        if g is None or h["recorded_at_utc"] <= cursor:
+            continue  # a cutoff at or behind the cursor: `behind-cursor-no-op` judges it
+        first = _timing(g).instants_between(cursor, h["recorded_at_utc"])[:1]
+        window = timedelta(microseconds=g["safety_window_us"])
+        if not first or h["recorded_at_utc"] - first[0] <= window:
+            evidence.append({"suspended_inside_the_window": h, "cursor_utc": instant_text(cursor),
+                             "first_due_instant": instant_text(first[0]) if first else None,
+                             "lateness_s": (h["recorded_at_utc"] - first[0]).total_seconds() if first else None,
+                             "safety_window_s": window.total_seconds()})
+    return evidence, rows
+
+
+@invariant("behind-cursor-no-op",
+           "A cutoff at or behind the cursor is a no-op. (No decision acts on a cutoff at or behind the cursor: no "
+           "`clock-anomaly` suspension is written at a transaction time at or before the cursor it records, and no "
+           "occurrence or skipped range starts after the time of the transaction that decided it.)")
+def _behind_cursor(state: StoreState):
+    evidence = []
+    rows = 0
+    for h in state.history:
+        detail = h["detail"] or {}
+        if h["event"] == "suspended" and detail.get("reason") == "clock-anomaly":
+            rows += 1
+            try:
+                cursor = _instant(detail["cursor_utc"])
+            except (KeyError, AttributeError, TypeError, ValueError):
+                cursor = state.definition(h["schedule_id"])["cursor_utc"]
+            if h["recorded_at_utc"] <= cursor:
+                evidence.append({"suspended_with_cutoff_behind_cursor": h, "cursor_utc": instant_text(cursor)})
+        elif h["event"] == "recovery-skipped" and "first_nominal_utc" in detail:
+            rows += 1
+            try:
+                early = _instant(detail["first_nominal_utc"]) > h["recorded_at_utc"]
+            except (AttributeError, TypeError, ValueError):
+                early = False  # an unreadable instant is `processor-history`'s to judge
+            if early:
+                evidence.append({"skipped_before_it_was_due": h})
+    for o in state.occurrences:
+        rows += 1
+        if o["decided_at_utc"] is not None and o["first_nominal_utc"] > o["decided_at_utc"]:
+            evidence.append({"decided_before_it_was_due": o})
+    return evidence, rows
+
+
+@invariant("range-opens-after-the-cursor",
+           "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from "
+           "PostgreSQL. (The range is open at the cursor: a decision moves the cursor to its cutoff, so the "
+           "schedule's next decision decides no instant at or before the time of the one before it; seen on its "
+           "occurrences and skipped ranges in the order of their decision times.)", examines="occurrences")
+def _open_at_cursor(state: StoreState):
+    evidence = []
+    decisions: dict = {}
+    for o in state.occurrences:
+        if o["decided_at_utc"] is not None:
+            decisions.setdefault(o["schedule_id"], []).append((o["decided_at_utc"], o["first_nominal_utc"], o))
+    for h in state.history:
+        if h["event"] == "recovery-skipped":
+            try:
+                first = _instant((h["detail"] or {})["first_nominal_utc"])
+            except (KeyError, AttributeError, TypeError, ValueError):
+                continue  # `processor-history` judges an unreadable range
+            decisions.setdefault(h["schedule_id"], []).append((h["recorded_at_utc"], first, h))
+    for rows in decisions.values():
+        rows.sort(key=lambda r: (r[0], r[1]))
+        for (at_a, _, a), (at_b, first_b, b) in zip(rows, rows[1:]):
+            if at_b > at_a and first_b <= at_a:
+                evidence.append({"decided_again_at_or_before_the_cursor": b, "cursor_from_the_decision_before": a,
+                                 "cursor_utc": instant_text(at_a)})
+    return evidence, sum(len(r) for r in decisions.values())
+
+
+PASSIVE = rule_of(
+    "passive-processor",
+    "PostgreSqlDurableScheduleProcessor is provider-specific and passive. (Nothing happens without a request: no "
+    "barrier is reported while no request is in flight or after its answer, and across the steps in which the "
+    "host asked for no "
+    "`process-due` pass nothing only a processor writes changes: no claim, no occurrence decided or linked, no "
+    "skipped range, no suspension. A quiet stretch (`advance` with `quiet_s`) gives a processor that runs on its "
+    "own the time to show it.)")
+PROCESSOR_KEYS = ("occurrences", "last_decided", "skipped", "linked")
+
+
+def passive_processor(observations: list[tuple[int, dict]], impls: list) -> CheckResult:
+    """Barriers every started copy reported outside a request, and the processor's facts between consecutive
+    observed states with no `process-due` asked in between (a restore, which puts rows back, excepted)."""
+    evidence = [{"instance": impl.label, "barrier_without_request": hit} for impl in impls for hit in impl.unsolicited]
+    rows = sum(len(impl.unsolicited) for impl in impls)
+    for (step_a, seen_a), (step_b, seen_b) in _consecutive(observations):
+        if seen_a.get("passes_asked") is None or seen_a["passes_asked"] != seen_b.get("passes_asked"):
+            continue
+        rows += 1
+        changed = {k: [v, seen_b["processor"].get(k)] for k, v in seen_a["processor"].items()
+                   if k != "server_now" and seen_b["processor"].get(k) != v}
+        for schedule_id, before in seen_a["cursors"].items():
+            after = seen_b["cursors"].get(schedule_id) or {}
+            moved = {k: [_seen_text(before.get(k)), _seen_text(after.get(k))] for k in PROCESSOR_KEYS
+                     if before.get(k) != after.get(k)}
+            if moved:
+                changed[schedule_id] = moved
+        if changed:
+            evidence.append({"after_step": step_a + 1, "at_step": step_b + 1, "passes_asked_meanwhile": 0,
+                             "changed": changed})
+    return CheckResult("passive-processor", PASSIVE, not evidence, evidence, rows)
+
+
+REQUEUE_KEPT = rule_of(
+    "requeue-kept",
+    "If one exists, it requeues the Schedule dispatch row in that same transaction. (Seen after every step: an "
+    "active schedule whose active generation has a pending coalesced occurrence, while no nonterminal Work holds "
+    "its slot and no lease is held, is claimable at once; a lease release that wrote a later due time over the "
+    "requeue leaves it waiting for another interval. Not judged while the server clock stands behind a time it "
+    "already reached.)")
+
+
+def requeue_kept(observations: list[tuple[int, dict]]) -> CheckResult:
+    """In the state seen after every step: each schedule a requeue must have made claimable, against its timing."""
+    evidence = []
+    rows = 0
+    latest = None  # the server clock's high-water mark over the states seen
+    for step, seen in observations:
+        now = (seen.get("processor") or {}).get("server_now")
+        if now is not None:
+            went_back = latest is not None and now < latest
+            latest = now if latest is None else max(latest, now)
+            if went_back:
+                continue  # the clock moved back past a requeue: it is due again once the clock gets there
+        for schedule_id, row in (seen.get("requeued") or {}).items():
+            rows += 1
+            if row["claimable_at_utc"] is None or row["claimable_at_utc"] > row["server_now"]:
+                evidence.append({"after_step": step + 1, "schedule_id": schedule_id,
+                                 "claimable_at_utc": _seen_text(row["claimable_at_utc"]),
+                                 "server_now": _seen_text(row["server_now"]),
+                                 "waiting": "a pending coalesced occurrence with its slot free"})
+    return CheckResult("requeue-kept", REQUEUE_KEPT, not evidence, evidence, rows)
 DEFINITION_REVISION = rule_of(
     "definition-revision",
     "The active schedule_definition row records lifecycle state, revision, active generation, runtime epoch, scope "

@@ -150,6 +150,11 @@ class Implementation:
     killed_by_host: bool = False  # the host ended it (a kill fault or a clean-up), so its death is no finding
     broken: bool = False  # it broke the protocol: no polite shutdown, the group is killed at once
     _output_ended: bool = False
+    # Barriers reported while no request was in flight (a processor that is not passive), as (name, context,
+    # host time); each was answered `continue` at once so the implementation is not left waiting on the host.
+    unsolicited: list = field(default_factory=list)
+    _in_request: bool = False
+    _answered: bool = False  # the reader saw the response to the request in flight: later barriers belong to none
 
     def start(self) -> "Implementation":
         """Start the process in its own session (its process group is the unit every signal goes to) and read
@@ -222,8 +227,32 @@ class Implementation:
 
     def _read(self) -> None:
         for raw in self._process.stdout:
+            if self._unsolicited(raw):
+                continue
             self._lines.put(raw)
         self._lines.put(_EOF)
+
+    def _unsolicited(self, raw: bytes) -> bool:
+        """A barrier line read while no request is in flight, or after the response to the one in flight: recorded
+        and answered here. Every barrier of a request is written after the request was sent and before its
+        response, and this thread reads lines in order, so such a line belongs to no request."""
+        if b'"barrier"' not in raw and b'"response"' not in raw:
+            return False
+        try:
+            message = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return False
+        if not isinstance(message, dict):
+            return False
+        if message.get("type") == "response":
+            self._answered = True
+            return False
+        if message.get("type") != "barrier" or (self._in_request and not self._answered):
+            return False
+        self.unsolicited.append({"barrier": message.get("name"), "context": message.get("context"),
+                                 "host_utc": datetime.now(timezone.utc).isoformat()})
+        self.send({"type": "barrier-reply", "action": "continue"})
+        return True
 
     def _next(self, timeout: float, waiting_for: str) -> dict | object:
         """The next message, or _EOF once the process has ended. The protocol's timeout is for a live process
@@ -284,12 +313,15 @@ class Implementation:
         with self._lock:
             request_id = self._next_id
             self._next_id += 1
+        self._answered, self._in_request = False, True
         self.send({"type": "request", "id": request_id, "op": op, "args": args})
         try:
             return self._serve_until_response(op, request_id, timeout)
         except AdapterProtocolError:
             self.broken = True
             raise
+        finally:
+            self._in_request = False
 
     def _serve_until_response(self, op: str, request_id: int, timeout: float) -> Response:
         while True:

@@ -18,7 +18,7 @@ from typing import Any
 
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
-from scenarios.steps import STEPS, during_step
+from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step
 
 from . import skew
 from .barrier_facts import BarrierFacts
@@ -30,6 +30,7 @@ from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, P
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
                      universal, work_own_clock)
+from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor, requeue_kept
 from .commands import results as command_results
 from .errors import FallbackFailed, TestHostError
 from .faults import FAULTS, PROCESSOR_TRANSACTIONS, Injection
@@ -192,6 +193,8 @@ class CaseRun:
         self.count_windows: list[dict] = []
         self._window: dict | None = None
         self._window_lock = threading.Lock()
+        self._expecting = False  # a pass whose step expects an answer (a refused lease) is being asked
+        self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
         self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
 
@@ -379,6 +382,28 @@ class CaseRun:
                 "appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id "
                 "and o.work_id is not null) as linked "
                 "from appsurface_durable.schedule_definitions d").fetchall()
+            # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it.
+            # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it; and the
+            # schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
+            # terminal transaction requeued them, so each must be claimable now. One statement for both.
+            processor_facts = dict(conn.execute(
+                "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
+                "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
+                "as suspended, clock_timestamp() as server_now, (select coalesce(jsonb_agg(jsonb_build_object("
+                "'schedule_id', d.schedule_id::text, 'claimable_at_utc', t.claimable_at_utc)), '[]') "
+                "from appsurface_durable.schedule_definitions d "
+                "join appsurface_durable.schedule_dispatch q on q.schedule_id = d.schedule_id "
+                "join appsurface_durable.schedule_dispatch_timing t on t.dispatch_id = q.dispatch_id "
+                "where d.lifecycle_state = 'active' and q.lease_state = 'ready' and exists (select 1 from "
+                "appsurface_durable.schedule_occurrences p where p.schedule_id = d.schedule_id "
+                "and p.generation = d.active_generation and p.occurrence_kind = 'coalesced' and p.state = 'pending') "
+                "and not exists (select 1 from appsurface_durable.schedule_occurrences o join "
+                "appsurface_durable.work_items w on w.work_id = o.work_id where o.schedule_id = d.schedule_id "
+                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))) as requeued"
+            ).fetchone())
+            requeued = [{"schedule_id": r["schedule_id"], "server_now": processor_facts["server_now"],
+                         "claimable_at_utc": datetime.fromisoformat(r["claimable_at_utc"])
+                         if r["claimable_at_utc"] else None} for r in processor_facts.pop("requeued")]
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},
@@ -389,7 +414,9 @@ class CaseRun:
                                                        if s.lifecycle == "suspended" and s.suspension in FENCE_REASONS
                                                        and name in self.schedule_ids},
                                             # a restore put older rows back: not a move of this timeline
-                                            "restored": self.restored_at_step}))
+                                            "restored": self.restored_at_step,
+                                            "passes_asked": self.passes_asked, "processor": processor_facts,
+                                            "requeued": {r["schedule_id"]: dict(r) for r in requeued}}))
         self.restored_at_step = False
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
@@ -574,7 +601,11 @@ class CaseRun:
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
                 before = self._dispatch_rows()
-                response = self._ask(self.impls[labels[0]], "process-due", request)
+                self._expecting = True
+                try:
+                    response = self._ask(self.impls[labels[0]], "process-due", request)
+                finally:
+                    self._expecting = False
                 self._record(response, "process-due", labels[0])
                 after = self._dispatch_rows()
                 refused_but_changed = ({"before": before, "after": after}
@@ -646,11 +677,14 @@ class CaseRun:
         # A step that commits while the pass is held comes first: the pass must see it (a fence, or a lock it
         # waited for). The model takes it in that order: the step, then the pass again; one that waited keeps the
         # model's pass first and runs once the pass is over.
-        after_pass, self.model = self.model, beside["model_before"]
+        # After a committed decision the pass's decisions came first: the model keeps its pass and takes the step
+        # on top (a Work transition changes eligibility only, docs/protocol-notes.md 29i).
+        after_decision = name in BESIDE_AFTER_DECISION
+        after_pass, self.model = self.model, (self.model if after_decision else beside["model_before"])
         beside["outcome"] = STEPS[step.op].run_beside(self, step)
-        if beside["outcome"] == "committed":
+        if beside["outcome"] == "committed" and not after_decision:
             self.model.pass_(beside["cutoff"], beside["limit"])
-        else:
+        elif beside["outcome"] != "committed":
             self.model = after_pass
         self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])
 
@@ -696,6 +730,32 @@ class CaseRun:
             self._fallback_client = saved
             if client is not None:
                 client.close()
+
+    def work_beside(self, work_id: str, state: str) -> Response | None:
+        """A Work transition through the reference Work store in a session of its own: its response, or None when
+        it waited for a lock (the held pass's dispatch row)."""
+        import psycopg
+
+        from reference import WorkStore
+        from reference.errors import DurableError
+        from reference.problems import Problem
+
+        self.fallbacks.add("complete-work (beside a held barrier)")
+        work = WorkStore(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S + BESIDE_LIMIT_S)
+        try:
+            with _cancelled_when_blocked(work.session.conn, self.store.dsn("postgres")) as waited:
+                try:
+                    row = work.transition(uuid.UUID(work_id), state)
+                except (DurableError, psycopg.Error) as exc:
+                    if waited():
+                        return None
+                    raise FallbackFailed(f"harness fallback could not run complete-work beside the held barrier: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(row, Problem):
+                return Response("fail", problem=row.to_json())
+            return Response("ok", value=protocol_json(row))
+        finally:
+            work.close()
 
     # -- backup and restore -------------------------------------------------------------------------------
 
@@ -772,7 +832,7 @@ class CaseRun:
         """One request to an implementation, kept in `answers` with what committed while it ran."""
         counting = op == "process-due"
         if counting:
-            self._open_window()
+            self._open_window(args)
         asked = self._asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
         response = None
         try:
@@ -785,12 +845,6 @@ class CaseRun:
                              "problem": response.problem})
         return response
 
-    def _count_facts(self) -> dict:
-        """The committed facts the registered counts are seen as, in one statement (one snapshot)."""
-        with self.owner() as conn:
-            return dict(conn.execute("select " + ", ".join(f"({sql})::bigint as {name}"
-                                                           for name, sql in COUNT_FACTS.items())).fetchone())
-
     def _during(self) -> str | None:
         """Which part of the case runs now: a scenario step, the recovery, the final drain or a settle."""
         for event in reversed(self.timeline):
@@ -800,13 +854,30 @@ class CaseRun:
                 return event["event"]
         return None
 
-    def _open_window(self) -> None:
+    def _open_window(self, args: dict | None = None) -> None:
         """A `process-due` request is about to be sent: read the facts first unless another pass is in flight."""
         with self._window_lock:
             if self._window is None:
-                self._window = {"before": self._count_facts(), "answers": [], "faults": [], "during": self._during(),
-                                "in_flight": 0}
+                before, leases = self._window_facts()
+                self._window = {"before": before, "answers": [], "faults": [], "during": self._during(),
+                                "in_flight": 0, "leases_before": leases, "requests": [],
+                                # no fault yet in this case, and no answer the step expects (a refused lease)
+                                "clean": self.injection is None and not self._expecting}
             self._window["in_flight"] += 1
+            self._window["requests"].append(dict(args or {}))
+            self.passes_asked += 1
+
+    def _window_facts(self) -> tuple[dict, dict]:
+        """The counts' facts and, per dispatch row, its lease state and generation (to tell a lease a pass took and
+        left held), in one statement."""
+        with self.owner() as conn:
+            row = dict(conn.execute("select " + ", ".join(f"({sql})::bigint as {name}"
+                                                          for name, sql in COUNT_FACTS.items())
+                                    + ", (select coalesce(jsonb_object_agg(dispatch_id::text, jsonb_build_array("
+                                      "lease_state, lease_generation)), '{}') from "
+                                      "appsurface_durable.schedule_dispatch) as leases_").fetchone())
+        leases = row.pop("leases_")
+        return row, {d: (s, g) for d, (s, g) in leases.items()}
 
     def _close_window(self, impl: Implementation, response: Response | None) -> None:
         """A `process-due` answer came (or none: the request broke): the last one in flight reads the facts again."""
@@ -818,8 +889,9 @@ class CaseRun:
             if window["in_flight"]:
                 return
             self._window = None
+            window["clean"] = window["clean"] and self.injection is None
             try:
-                window["after"] = self._count_facts()
+                window["after"], window["leases_after"] = self._window_facts()
             except Exception as exc:  # noqa: BLE001 - the facts are unknown; the window is not compared
                 window["after"], window["unread"] = None, f"{type(exc).__name__}: {exc}"
             self.count_windows.append(window)
@@ -949,6 +1021,8 @@ class CaseRun:
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
             checks.append(idle_cursor(self.coalesced_seen))
             checks.append(fence_seen(self.coalesced_seen))
+            checks.append(passive_processor(self.coalesced_seen, self.started))
+            checks.append(requeue_kept(self.coalesced_seen))
             checks.append(definition_revision(self.coalesced_seen, state))
             if self.late_check is not None:
                 checks.append(self.late_check)
@@ -1019,7 +1093,8 @@ class CaseRun:
         clock = self.bridge_clock
         if clock is not None:
             clock.join()
-        return [process_counts(self.count_windows),
+        return [process_counts(self.count_windows), pass_bounded(self.count_windows), empty_pass(self.count_windows),
+                pass_leaves_no_lease(self.count_windows),
                 work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
                                promised=clock is not None and self.plan.fault is None,
                                attempts=clock.attempts if clock else 0, frozen=frozenset(self.frozen_instants))]

@@ -69,7 +69,8 @@ def test_a_correct_state_passes_every_invariant_and_each_examines_rows():
     results = universal(good_state())
     assert all(r.ok for r in results), [r.to_json() for r in results if not r.ok]
     assert all(r.rule for r in results)
-    assert {r.name for r in results if r.rows == 0} <= {"suspension-keeps-the-cursor", "fence-before-cursor"}
+    assert {r.name for r in results if r.rows == 0} <= {"suspension-keeps-the-cursor", "fence-before-cursor",
+                                                         "anomaly-only-past-the-window"}
 
 
 def _break(mutate):
@@ -105,6 +106,17 @@ BREAKAGES = {
         s.history.append({"schedule_id": S, "event": "suspended", "recorded_at_utc": T + timedelta(seconds=299),
                           "detail": {"reason": "clock-anomaly", "cursor_utc": "2031-03-03T00:02:00.000000Z"}})),
     "recovered-nothing-due": lambda s: s.dispatch.__setitem__(0, {**s.dispatch[0], "lease_state": "leased"}),
+    # suspended at +330 s with the cursor at +241 s: late by 30 s, well inside the 3,600 s window
+    "anomaly-only-past-the-window": lambda s: s.history.append(
+        {"schedule_id": S, "event": "suspended", "recorded_at_utc": T + timedelta(seconds=330), "generation": 1,
+         "detail": {"reason": "clock-anomaly", "cursor_utc": "2031-03-03T00:04:01.000000Z"}}),
+    # a clock anomaly written at +200 s, behind the +241 s cursor it records
+    "behind-cursor-no-op": lambda s: s.history.append(
+        {"schedule_id": S, "event": "suspended", "recorded_at_utc": T + timedelta(seconds=200),
+         "detail": {"reason": "clock-anomaly", "cursor_utc": "2031-03-03T00:04:01.000000Z"}}),
+    # the coalesced range starts at +121 s, at or before the cursor the +121 s decision left
+    "range-opens-after-the-cursor": lambda s: s.occurrences.__setitem__(
+        2, {**s.occurrences[2], "first_nominal_utc": T + timedelta(seconds=121)}),
 }
 
 

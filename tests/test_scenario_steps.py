@@ -74,15 +74,15 @@ def test_a_cutoff_frozen_on_an_instant_decides_it_and_the_cursor_stands_on_it(wo
                        tmp_path)
     assert outcome.verdict == "pass", outcome.reason
     expectations = _check(outcome, "scenario-expectations")
-    assert expectations.ok and expectations.rows == 1
+    assert expectations.ok and expectations.rows == 2  # +60 s decided on its instant, then +120 s on its own
     assert any(e["event"] == "clock-set" and e.get("frozen") for e in outcome.timeline)
     assert any(e["event"] == "clock-set" and "unfrozen_at" in e for e in outcome.timeline)
     assert not world.clock.frozen
 
 
 def test_an_exclusive_range_end_is_caught_by_the_frozen_cutoff(world, tmp_path):
-    """A cutoff that excluded its instant would decide +60 s only at +90 s: the exact cursor tells."""
-    text = CATALOG["cutoff-on-instant"].source.replace('cursor = "+60s"', 'cursor = "+90s"')
+    """A cutoff that excluded its instant would leave the cursor short of +120 s: the exact cursor tells."""
+    text = CATALOG["cutoff-on-instant"].source.replace('cursor = "+120s"', 'cursor = "+121s"')
     outcome = run_case(world, parse("cutoff-on-instant", text), CasePlan("cutoff-on-instant"), REFERENCE_COMMAND,
                        tmp_path)
     expectations = _check(outcome, "scenario-expectations")

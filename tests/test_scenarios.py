@@ -40,7 +40,11 @@ def test_catalog_has_at_least_twenty_scenarios_covering_the_required_ground():
     ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-link-after-commit", op = "update" }\n',
      "during.barrier must be one of schedule-claim-before-commit"),
     ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-decision-before-commit", op = "drain" }\n',
-     "during.op must be one of update, delete, advance-scope-generation"),
+     "during.op must be one of update, delete, complete-work, advance-scope-generation"),
+    # after a committed decision only a Work transition may run (it changes eligibility only)
+    ('[[steps]]\nop = "process"\n'
+     'during = { barrier = "schedule-decision-after-commit", op = "advance-scope-generation" }\n',
+     "during.barrier must be one of schedule-claim-before-commit"),
     ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-decision-before-commit", op = "delete" }\n',
      "during: delete needs schedule"),
     ('[[steps]]\nop = "drain"\nwhen = 1\n', "drain takes no when"),
