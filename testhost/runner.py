@@ -41,7 +41,7 @@ from .implementation import AdapterProtocolError, Implementation, Implementation
 from .model import picture as model_picture
 from .state import read_state
 from .sessions import KeptSession
-from .store import RUNTIME, Store, StorePool
+from .store import DISPATCHER, RUNTIME, Store, StorePool
 from .timelines import Timelines
 from .verdict import baseline as make_baseline, fault_free_judges
 from .world import CLOCK, NETWORK, World
@@ -71,6 +71,22 @@ DECIDED_AT = {"schedule-decision-after-commit", "schedule-work-after-acceptance"
 
 
 _pools: dict[tuple, StorePool] = {}
+
+
+def await_commits_in_flight(session: KeptSession, limit_s: float = 2.0, poll_s: float = 0.005) -> tuple[int, float]:
+    """Wait, bounded, until no session of the implementation's roles holds a transaction ID on the case's database;
+    how many still did, and how long it waited."""
+    started = time.monotonic()
+    while True:
+        with session() as conn:
+            open_xids = conn.execute(
+                "select count(*) from pg_stat_activity where datname = current_database() "
+                "and backend_xid is not null and usename in (%s, %s)", (RUNTIME, DISPATCHER)).fetchone()
+            open_xids = open_xids["count"] if isinstance(open_xids, dict) else open_xids[0]
+        waited = time.monotonic() - started
+        if not open_xids or waited > limit_s:
+            return open_xids, round(waited, 3)
+        time.sleep(poll_s)
 
 
 def store_pool(world: World, migrations: Path | None = None) -> StorePool:
@@ -914,6 +930,8 @@ class CaseRun:
             hook()
         if self.world.proxy is not None:
             self.world.proxy.heal()
+        if self.network_faulted:
+            self._await_commits_in_flight()
         for label, impl in list(self.impls.items()):
             if not impl.alive:
                 self.impls[label] = self.start_implementation(label)
@@ -924,6 +942,14 @@ class CaseRun:
                 self._record(self._client_op("complete-work", {"work_id": work_id, "state": step.args["state"]}),
                              "complete-work (redo)")
         self.drain(self.impls["A"])
+
+    def _await_commits_in_flight(self) -> None:
+        """A COMMIT a racer sent just as a network fault cut its connection may still be committing on the server
+        when the recovery opens its first counting window, and would be seen there as a claim or a decision nobody
+        reported: before the recovery counts anything, let it land."""
+        still_open, waited_s = await_commits_in_flight(self.owner)
+        if still_open:
+            self.note("commits-in-flight", sessions=still_open, waited_s=waited_s)
 
     def fault_shift_s(self) -> float:
         """How far the fault, its recovery and the settling moved the server clock beyond the scenario's own
