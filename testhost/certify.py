@@ -44,6 +44,14 @@ from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
 SCHEMA_STAGE_ID = "schema-stage"  # the id of the schema stage's case (testhost/schema_stage.py CASE_ID)
+# The schema-version stage's case (testhost/schema_version.py CASE_ID): run beside the fault-free cases whenever
+# the --scenario filter matches its id (every run without one), as the pseudo-scenario it is named after.
+SCHEMA_VERSION_ID = "schema-version"
+
+
+def schema_version_plans(scenario_filter) -> list[CasePlan]:
+    """The schema-version stage's plan when the --scenario filter selects it."""
+    return [CasePlan(SCHEMA_VERSION_ID)] if matches(SCHEMA_VERSION_ID, scenario_filter) else []
 
 
 # -- worker side ----------------------------------------------------------------------------------------------
@@ -88,6 +96,9 @@ def _worker_init(mode: dict) -> None:
 def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
                 migrations: str | None = None, clock_offset_s: int | None = None,
                 instance_commands: bool = True) -> dict:
+    if plan.scenario == SCHEMA_VERSION_ID:
+        from .schema_version import run_schema_version
+        return {"case": run_schema_version(_world, command, Path(log_dir)), "baseline": None, "implementation": ""}
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None,
                        timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands)
@@ -403,7 +414,7 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
     """The scenarios to run and the requested cases (from --case); a bad selection is a one-line error."""
     catalog = load_scenarios(options)
     scenarios = select(catalog, options.scenario)
-    if not scenarios:
+    if not scenarios and not schema_version_plans(options.scenario):
         raise ValueError(f"no scenario matches {','.join(patterns(options.scenario))!r}")
     barrier_names, fault_names = [b.name for b in CATALOG], list(FAULTS)
     for glob in patterns(options.barrier) or []:
@@ -498,10 +509,13 @@ def _pool_factory(options: Options):
 
 
 def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path, results: list | None = None,
-            signals: StopSignals = _NO_SIGNALS):
-    """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline."""
-    progress = Progress(len(scenarios), options.progress, "fault-free")
-    results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
+            signals: StopSignals = _NO_SIGNALS, stage: bool = True):
+    """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline (and the
+    schema-version stage when selected and `stage`)."""
+    extra = schema_version_plans(options.scenario) if stage else []
+    progress = Progress(len(scenarios) + len(extra), options.progress, "fault-free")
+    results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios] + [(p, None) for p in extra],
+                        options.command,
                         str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
                         signals=signals)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
@@ -651,7 +665,8 @@ def certify(options: Options) -> tuple[int, dict]:
             if options.command != REFERENCE_COMMAND:
                 reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "fail_fast": False,
                                        "migrations": None, "instance_commands": False})
-                _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals)
+                _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals,
+                                             stage=False)
                 for result in census_results:
                     _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
                     if options.fail_fast and result["case"]["verdict"] == "fail":

@@ -1018,6 +1018,13 @@ def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) ->
     return CheckResult("acceptance-anchor", ACCEPTANCE_ANCHOR, not evidence, evidence, rows)
 
 
+# The schema-version stage's check (testhost/schema_version.py), run once per certify on a store migrated only to 0003.
+SCHEMA_VERSION_REFUSED = rule_of(
+    "schema-version-refused",
+    "Runtime version 4 requires it before Schedule operations run. (It: migration 0004_schedule_protocol.sql. "
+    "On a store migrated only to 0003, every schedule operation the implementation declares, process-due at least, answers "
+    "`fail` with an error whose message says why and `retriable: false`, reports no barrier and changes no row.)")
+
 # The client-command checks live in their own module; importing it here registers their rules with the rest.
 from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every
