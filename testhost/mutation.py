@@ -24,8 +24,8 @@ from mutants import MUTANTS, Mutant, migrations_dir
 from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
-from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run, schema_version_plans,
-                      declared_operations, run_cases)
+from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run,
+                      declared_operations, run_cases, schema_version_plans)
 from .faults import FAULTS
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
@@ -198,7 +198,8 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
             runner = MutantRun(options, log_dir, signals)
             census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
                                        for s in select(load_catalog(), options.scenario)] +
-                                      [(CONTROL, control_command, None, p) for p in schema_version_plans(options.scenario)],
+                                      [(CONTROL, control_command, None, p)
+                                       for p in schema_version_plans(options.scenario)],
                                       "census (unmutated implementation)")
             census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
             matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
