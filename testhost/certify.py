@@ -514,7 +514,8 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
             signals: StopSignals = _NO_SIGNALS, stage: bool = True):
     """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline (and the
     schema-version stage when selected and `stage`)."""
-    extra = schema_version_plans(options.scenario, options.cases) if stage else []
+    builtin = not options.catalog or options.with_builtin  # a team's own catalog alone is its cases, no stage
+    extra = schema_version_plans(options.scenario, options.cases) if stage and builtin else []
     progress = Progress(len(scenarios) + len(extra), options.progress, "fault-free")
     results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios] + [(p, None) for p in extra],
                         options.command,
