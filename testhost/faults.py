@@ -355,7 +355,8 @@ class Cancel:
                "transaction's statement waits for that lock, cancels it (pg_cancel_backend: SQLSTATE 57014, "
                "query_canceled) and lets go")
     expects = ("your transaction aborted with a SQLSTATE failure: roll back and retry within your bound (the pass "
-               "then answers `ok`), or answer `fail`/`unknown` with `retriable: true` (`cancel-retried`); your first "
+               "then answers `ok`), or answer `unknown` with `retriable: true` (`cancel-retried`; a `fail` is dishonest "
+               "here, since the claim or decision before it committed: `outcome-honesty`); your first "
                "statement in a scoped transaction must lock the dispatch row (or wait for it) for the cancel to reach "
                "it, and a cancel that found no statement waiting fails the case too")
     wait_s = 10.0
