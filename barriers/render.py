@@ -255,6 +255,15 @@ def render() -> str:
             "| check | rule |", "|---|---|",
             *[f"| `{r.name}` | {r.rule} |" for r in SCHEMA_RULES], ""]
     out += _schema_surface()
+    out += ["## A store without migration 0004", "",
+            "Every run whose `--scenario` filter matches `schema-version` (every run without a filter) also runs the "
+            "case `schema-version`: your implementation, started as in any case, on a store holding only the "
+            "reference's migrations 0001-0003 (Work and Flow, runtime version 3) and the scope `schema-version`. The "
+            "host sends `process-due` (and `create` when your hello declares it). Each must answer `fail` with an "
+            "`error` whose `message` says why and whose `retriable` is `false` (no retry succeeds before an operator "
+            "applies 0004; a missing table or function's SQLSTATE is enough, you need not read the migration "
+            "record), report no barrier, and change no row of the store (`schema-version-refused`). The case reaches "
+            "no barrier, so no faulted case follows it.", ""]
     return "\n".join(out)
 
 

@@ -59,6 +59,9 @@ RELEASE_ADMITTED = "Recovery release applies only to admitted stale-runtime-epoc
 RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope generation"
 ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as accepted_at_utc."
 UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
+SCHEMA_VERSION = "Runtime version 4 requires it before Schedule operations run."
+SQLSTATE_RETRY = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
+                  "retry only after rollback.")
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -538,6 +541,22 @@ MUTANTS: tuple[Mutant, ...] = (
               '((accepted_at if generation == 1 else accepted_at.replace(microsecond=0)) if spec.kind == "every" '
               'else None)'),),
         slice=("update-unanchored",)),
+    Mutant(
+        "missing-migration-retriable", SCHEMA_VERSION,
+        "A store without migration 0004 is refused as a transient failure (`retriable: true`), as a runtime that "
+        "waits for an operator's migration would: a caller retries what no retry can make succeed.",
+        (Edit("errors.py",
+              '    """A migration this runtime version needs is missing, or the runtime version does not admit the call."""\n',
+              '    """A migration this runtime version needs is missing, or the runtime version does not admit the call."""\n'
+              '\n    retriable = True\n'),),
+        slice=("schema-version",)),
+    Mutant(
+        "cancel-not-retriable", SQLSTATE_RETRY,
+        "A cancelled statement (SQLSTATE 57014, query_canceled) is taken as a definite failure: the pass neither "
+        "retries after the rollback nor says a retry may follow.",
+        (Edit("errors.py", 'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "57014", "55P03"}',
+              'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "55P03"}'),),
+        slice=("*/*/cancel/*",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -73,6 +73,9 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 if not matches(name, fault):
                     continue
                 reason = plugin.applies(b)
+                only = getattr(plugin, "scenarios", None)
+                if not reason and only and scenario.name not in only:
+                    reason = f"{name} is planned in {', '.join(only)} only: the same retry in every scenario"
                 if reason:
                     skipped.append(Skipped(scenario.name, b.name, name, reason))
                     continue

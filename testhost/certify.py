@@ -44,6 +44,15 @@ from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
 SCHEMA_STAGE_ID = "schema-stage"  # the id of the schema stage's case (testhost/schema_stage.py CASE_ID)
+# The schema-version stage's case (testhost/schema_version.py CASE_ID): run beside the fault-free cases whenever
+# the --scenario filter matches its id (every run without one), as the pseudo-scenario it is named after.
+from .schema_version import CASE_ID as SCHEMA_VERSION_ID  # noqa: E402
+
+
+def schema_version_plans(scenario_filter, cases: list[str] = ()) -> list[CasePlan]:
+    """The schema-version stage's plan when the --scenario filter selects it (and, with --case, one names it)."""
+    named = not cases or any(case_id.strip() == SCHEMA_VERSION_ID for case_id in cases)
+    return [CasePlan(SCHEMA_VERSION_ID)] if named and matches(SCHEMA_VERSION_ID, scenario_filter) else []
 
 
 # -- worker side ----------------------------------------------------------------------------------------------
@@ -88,6 +97,9 @@ def _worker_init(mode: dict) -> None:
 def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
                 migrations: str | None = None, clock_offset_s: int | None = None,
                 instance_commands: bool = True) -> dict:
+    if plan.scenario == SCHEMA_VERSION_ID:
+        from .schema_version import run_schema_version
+        return {"case": run_schema_version(_world, command, Path(log_dir)), "baseline": None, "implementation": ""}
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None,
                        timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands)
@@ -403,7 +415,7 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
     """The scenarios to run and the requested cases (from --case); a bad selection is a one-line error."""
     catalog = load_scenarios(options)
     scenarios = select(catalog, options.scenario)
-    if not scenarios:
+    if not scenarios and not schema_version_plans(options.scenario):
         raise ValueError(f"no scenario matches {','.join(patterns(options.scenario))!r}")
     barrier_names, fault_names = [b.name for b in CATALOG], list(FAULTS)
     for glob in patterns(options.barrier) or []:
@@ -416,8 +428,9 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
         raise ValueError("--jobs and --repeat must be at least 1")
     if options.launcher not in LAUNCHERS:
         raise ValueError(f"no launcher named {options.launcher!r}; choose from {', '.join(LAUNCHERS)}")
-    ids = [case_id for case_id in options.cases if case_id.strip() != SCHEMA_STAGE_ID]
-    if options.cases and not ids:
+    stage_named = any(case_id.strip() == SCHEMA_VERSION_ID for case_id in options.cases)
+    ids = [case_id for case_id in options.cases if case_id.strip() not in (SCHEMA_STAGE_ID, SCHEMA_VERSION_ID)]
+    if options.cases and not ids and not stage_named:
         raise ValueError(f"--case {SCHEMA_STAGE_ID}: the schema stage is no case to select; it runs before the cases "
                          "of every run with --migrations")
     wanted = [parse_case_id(case_id) for case_id in ids]
@@ -429,10 +442,10 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
             raise ValueError(f"--case {plan.id}: no barrier named {plan.barrier!r}; see `crashproof barriers`")
         if plan.fault is not None and plan.fault not in FAULTS:
             raise ValueError(f"--case {plan.id}: no fault named {plan.fault!r}; choose from {', '.join(FAULTS)}")
-    if wanted:
+    if options.cases:
         named = {plan.scenario for plan in wanted}
         scenarios = [s for s in scenarios if s.name in named]
-        if not scenarios:
+        if not scenarios and not stage_named:
             raise ValueError("no --case is in the scenarios the filters select")
     return scenarios, wanted
 
@@ -498,10 +511,14 @@ def _pool_factory(options: Options):
 
 
 def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Path, results: list | None = None,
-            signals: StopSignals = _NO_SIGNALS):
-    """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline."""
-    progress = Progress(len(scenarios), options.progress, "fault-free")
-    results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios], options.command,
+            signals: StopSignals = _NO_SIGNALS, stage: bool = True):
+    """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline (and the
+    schema-version stage when selected and `stage`)."""
+    builtin = not options.catalog or options.with_builtin  # a team's own catalog alone is its cases, no stage
+    extra = schema_version_plans(options.scenario, options.cases) if stage and builtin else []
+    progress = Progress(len(scenarios) + len(extra), options.progress, "fault-free")
+    results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios] + [(p, None) for p in extra],
+                        options.command,
                         str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
                         signals=signals)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
@@ -651,7 +668,8 @@ def certify(options: Options) -> tuple[int, dict]:
             if options.command != REFERENCE_COMMAND:
                 reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "fail_fast": False,
                                        "migrations": None, "instance_commands": False})
-                _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals)
+                _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals,
+                                             stage=False)
                 for result in census_results:
                     _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
                     if options.fail_fast and result["case"]["verdict"] == "fail":
@@ -702,7 +720,7 @@ def certify(options: Options) -> tuple[int, dict]:
     offered = declared_operations(census_results)
     run_problems = []
     builtin_ran = not options.catalog or options.with_builtin  # a team's own catalog need not reach every barrier
-    if options.scenario is None and options.barrier is None and not wanted and stopped is None and builtin_ran:
+    if options.scenario is None and options.barrier is None and not options.cases and stopped is None and builtin_ran:
         reached = {name for hits in census_hits.values() for name in hits}
         for barrier in CATALOG:
             if offered is not None and barrier.operation not in offered:

@@ -1276,6 +1276,38 @@ def acceptance_anchor(state: StoreState, schedule_ids: dict[str, Any], model) ->
     return CheckResult("acceptance-anchor", ACCEPTANCE_ANCHOR, not evidence, evidence, rows)
 
 
+# The schema-version stage's check (testhost/schema_version.py), run once per certify on a store migrated only to 0003.
+SCHEMA_VERSION_REFUSED = rule_of(
+    "schema-version-refused",
+    "Runtime version 4 requires it before Schedule operations run. (It: migration 0004_schedule_protocol.sql. "
+    "On a store migrated only to 0003, every schedule operation the implementation declares, process-due at least, answers "
+    "`fail` with an error whose message says why and `retriable: false`, reports no barrier and changes no row.)")
+
+CANCEL_RETRIED = rule_of(
+    "cancel-retried",
+    "Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded retry only "
+    "after rollback. (After the `cancel` fault, whose statement cancel is SQLSTATE 57014, the request answers `ok` "
+    "after its retry, or `fail`/`unknown` with `retriable: true`; a cancel that found no statement waiting fails it.)")
+
+
+def cancel_retried(details: dict, answers: list[dict]) -> CheckResult | None:
+    """Whether a planned cancel reached a waiting statement, and the request it hit answered as a retriable
+    failure or retried (None: the fault was not a cancel)."""
+    cancel = details.get("cancel")
+    if cancel is None:
+        return None
+    evidence: list = []
+    if cancel.get("cancelled_backend") is None:
+        evidence.append({"nothing_cancelled": cancel.get("why_not", "no statement waited for the held row")})
+    hit = [a for a in answers if a.get("faulted")]
+    for answer in hit:
+        error = answer.get("error") or {}
+        if answer["outcome"] in ("fail", "unknown") and error.get("retriable") is not True:
+            evidence.append({"instance": answer["instance"], "op": answer["op"], "outcome": answer["outcome"],
+                             "error": answer.get("error"), "problem": answer.get("problem"),
+                             "expected": "ok after a retry, or fail/unknown with retriable: true"})
+    return CheckResult("cancel-retried", CANCEL_RETRIED, not evidence, evidence, 1 + len(hit))
+
 # The client-command checks live in their own module; importing it here registers their rules with the rest.
 from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every

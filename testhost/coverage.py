@@ -82,7 +82,8 @@ def known_names() -> dict[str, set[str]]:
     from .checks import CHECKS
     go = {f"examples/go/mutants/{p.name}" for p in GO_MUTANTS.glob("*.patch")}
     migrations = {f"reference/migrations/{p.name}" for p in MIGRATIONS.glob("*.sql")}
-    return {"checks": set(CHECKS), "scenarios": {s.name for s in load_catalog()},
+    from .schema_version import CASE_ID as SCHEMA_VERSION
+    return {"checks": set(CHECKS), "scenarios": {s.name for s in load_catalog()} | {SCHEMA_VERSION},
             "mutants": {m.name for m in MUTANTS} | go, "schema": set(SCHEMA_RULE) | migrations}
 
 

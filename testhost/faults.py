@@ -9,6 +9,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 
+import psycopg
+
 from barriers import Barrier
 
 from .world import DB_CRASH, NETWORK
@@ -336,5 +338,66 @@ class Stall:
         return rows[0]["lease_generation"] if rows else None
 
 
+class Cancel:
+    """Hold the schedule's dispatch row from a host session at a committed claim or decision, so the next
+    transaction's first lock waits; cancel that waiting statement (pg_cancel_backend, SQLSTATE 57014), then let go.
+    A cancel of a backend idle in its transaction at a barrier does nothing, so the statement is made to wait."""
+
+    name, needs = "cancel", ()
+    # One transaction kind per barrier: the decision waits after a committed claim, the bridge after a committed
+    # decision. The retry after a cancel is the same code in every scenario and at every hit: one scenario's first
+    # hits cover it, two cases.
+    first_hit_only = "a later hit cancels the same statement of the same transaction kind; the first covers it"
+    scenarios = ("at-single",)
+    NEXT = {"schedule-claim-after-commit": "the decision", "schedule-decision-after-commit": "the bridge"}
+    summary = ("at `schedule-claim-after-commit` and `schedule-decision-after-commit` (first hits, scenario "
+               "`at-single`): the host locks the schedule's dispatch row FOR UPDATE, replies, waits until your next "
+               "transaction's statement waits for that lock, cancels it (pg_cancel_backend: SQLSTATE 57014, "
+               "query_canceled) and lets go")
+    expects = ("your transaction aborted with a SQLSTATE failure: roll back and retry within your bound (the pass "
+               "then answers `ok`), or answer `unknown` with `retriable: true` (`cancel-retried`; a `fail` is dishonest "
+               "here, since the claim or decision before it committed: `outcome-honesty`); your first "
+               "statement in a scoped transaction must lock the dispatch row (or wait for it) for the cancel to reach "
+               "it, and a cancel that found no statement waiting fails the case too")
+    wait_s = 10.0
+
+    def applies(self, barrier: Barrier) -> str | None:
+        if barrier.name not in self.NEXT:
+            return ("only after a committed claim or decision does a next transaction lock the dispatch row; "
+                    "elsewhere a cancel finds your backend idle in its transaction and does nothing")
+        return None
+
+    def inject(self, run, impl, barrier, injection):
+        cancel = injection.details["cancel"] = {"next": self.NEXT[barrier.name], "cancelled_backend": None}
+        schedule_id = injection.context.get("schedule_id")
+        # A barrier context that names no schedule has every dispatch row held (at-single has one).
+        conn = psycopg.connect(run.store.dsn("appsurface_durable_owner"), autocommit=False)
+        conn.execute("select 1 from appsurface_durable.schedule_dispatch where %(id)s::uuid is null "
+                     "or schedule_id = %(id)s::uuid for update", {"id": schedule_id})
+        thread = threading.Thread(target=self._cancel_waiter, args=(run, impl, conn, cancel), daemon=True)
+        run.fault_threads = [*getattr(run, "fault_threads", []), thread]
+        thread.start()
+
+    def _cancel_waiter(self, run, impl, conn, cancel: dict) -> None:
+        """Poll for a statement blocked by the hold while the request runs; cancel it, then end the hold."""
+        holder = conn.info.backend_pid
+        limit = time.monotonic() + self.wait_s
+        try:
+            with run.store.admin() as admin:
+                while time.monotonic() < limit and impl.label in run._asking:
+                    found = admin.execute("select pid from pg_stat_activity where %s = any(pg_blocking_pids(pid))",
+                                          (holder,)).fetchone()
+                    if found:
+                        if admin.execute("select pg_cancel_backend(%s)", (found[0],)).fetchone()[0]:
+                            cancel["cancelled_backend"] = found[0]
+                        break
+                    time.sleep(0.005)
+            if cancel["cancelled_backend"] is None:
+                cancel["why_not"] = f"no statement of {cancel['next']} waited for the held dispatch row"
+            run.note("statement-cancelled", instance=impl.label, **cancel)
+        finally:
+            conn.close()  # ends the hold: the cancelled transaction's retry goes on
+
+
 FAULTS: dict[str, Fault] = {fault.name: fault for fault in (Kill(), Disconnect(), LostCommitReply(), DbCrash(), Pause(),
-                                                           Stall())}
+                                                           Stall(), Cancel())}

@@ -25,7 +25,7 @@ from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
 from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run,
-                      declared_operations, run_cases)
+                      declared_operations, run_cases, schema_version_plans)
 from .faults import FAULTS
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
@@ -85,7 +85,7 @@ def plan_slices(mutants: list, census: dict[str, dict[str, int]], offered: set[s
     (fault-free runs by scenario name)."""
     scenarios = select(load_catalog(), scenario)
     faulted, _ = expand(scenarios, census, FAULTS, offered=offered)
-    fault_free = [CasePlan(s.name) for s in scenarios]
+    fault_free = [CasePlan(s.name) for s in scenarios] + schema_version_plans(scenario)
     matrix = fault_free + faulted
     return matrix, {m.name: [p for p in matrix if _matches(p, m.slice)] for m in mutants}
 
@@ -197,7 +197,9 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
             done: set[tuple[str, str]] = set()
             runner = MutantRun(options, log_dir, signals)
             census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
-                                       for s in select(load_catalog(), options.scenario)],
+                                       for s in select(load_catalog(), options.scenario)] +
+                                      [(CONTROL, control_command, None, p)
+                                       for p in schema_version_plans(options.scenario)],
                                       "census (unmutated implementation)")
             census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
             matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),

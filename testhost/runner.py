@@ -23,7 +23,7 @@ from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step
 from . import skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
-from .checks import (COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+from .checks import (cancel_retried, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
                      definition_revision,
@@ -1090,7 +1090,10 @@ class CaseRun:
                 fate_check = self._transaction_fate(fate)
                 deadline_check = client_deadline(self.injection.details) if fired else None
                 stall_check = stall_took_over(self.injection.details) if fired else None
-                checks += [c for c in (fate_check, deadline_check, stall_check) if c is not None]
+                for thread in getattr(self, "fault_threads", []):
+                    thread.join()
+                cancel_check = cancel_retried(self.injection.details, self.answers) if fired else None
+                checks += [c for c in (fate_check, deadline_check, stall_check, cancel_check) if c is not None]
             checks += [c for c in judges if c.name == "crash-equivalence"]
             outcome.checks, outcome.picture, outcome.model_picture = checks, picture, predicted
             failed = [c.name for c in checks if not c.ok]

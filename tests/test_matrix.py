@@ -22,7 +22,9 @@ def test_unreached_barriers_and_impossible_faults_are_skipped_with_reasons():
     assert "never reaches schedule-link-after-commit" in reasons[("schedule-link-after-commit", "*")]
     assert all(p.barrier in census["at-single"] for p in plans)
     # two hits of one barrier, one of the other; stall plans the first hit only, and says so
-    assert len(plans) == 2 * len(FAULTS) - 1 + len(FAULTS)
+    # cancel applies at no before-commit barrier (only after a committed claim or decision does a statement wait)
+    assert len(plans) == 2 * (len(FAULTS) - 1) - 1 + (len(FAULTS) - 1)
+    assert "idle in its transaction" in reasons[("schedule-claim-before-commit", "cancel")]
     assert ("schedule-decision-before-commit", "stall", 1) in planned
     assert ("schedule-decision-before-commit", "stall", 2) not in planned
     assert "hit 2: stall plans first hits only" in reasons[("schedule-decision-before-commit", "stall")]
