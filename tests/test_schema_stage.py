@@ -69,7 +69,10 @@ def test_every_row_key_the_checks_read_is_a_declared_column():
            "references", "restored", "skipped", "step",
            # the stall's details, the counting windows and the bridge's clock moves the runner records
            "ended_backend", "stall", "takeover_passes", "took_over", "why_not", "after", "answers", "before",
-           "during", "faults", "value", "held_from", "moved_at", "shift_s"}
+           "during", "faults", "value", "held_from", "moved_at", "shift_s",
+           # the requests, lease rows and quiet steps the windows record, and the cancel fault's details
+           "cancel", "cancel_after", "cancelled_backend", "claimed", "clean", "leases_after", "leases_before",
+           "maximum_schedules", "passes_asked", "processor", "requests", "requeued", "retriable", "server_now"}
     assert keys - own and not (keys - own - columns), sorted(keys - own - columns)
 
 
