@@ -78,11 +78,10 @@ def await_commits_in_flight(session: KeptSession, limit_s: float = 2.0, poll_s: 
     how many still did, and how long it waited."""
     started = time.monotonic()
     while True:
-        with session() as conn:
+        with session() as conn:  # the verifier's session: rows are dicts
             open_xids = conn.execute(
-                "select count(*) from pg_stat_activity where datname = current_database() "
-                "and backend_xid is not null and usename in (%s, %s)", (RUNTIME, DISPATCHER)).fetchone()
-            open_xids = open_xids["count"] if isinstance(open_xids, dict) else open_xids[0]
+                "select count(*) as n from pg_stat_activity where datname = current_database() "
+                "and backend_xid is not null and usename in (%s, %s)", (RUNTIME, DISPATCHER)).fetchone()["n"]
         waited = time.monotonic() - started
         if not open_xids or waited > limit_s:
             return open_xids, round(waited, 3)
