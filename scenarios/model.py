@@ -110,6 +110,13 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
                     origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin))
 
 
+def is_builtin(scenario: Scenario) -> bool:
+    """Whether the scenario was read from the built-in catalog (not a team's own file, nor a generated program)."""
+    if not scenario.origin:
+        return False
+    return Path(scenario.origin).parent == Path(str(resources.files("scenarios").joinpath("catalog")))
+
+
 def _load_folder(folder) -> list[Scenario]:
     found = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
