@@ -141,6 +141,10 @@ class BarrierFacts:
         elif pair in BRACKETS:
             self._bracket(BRACKETS[pair], pair, schedule_id, previous["facts"], facts)
 
+    def read(self, run: "CaseRun", schedule_id: str) -> dict:
+        """A schedule's facts now, on the barrier reader (for a read outside `at_barrier`: a cancelled pass's)."""
+        return self._read(run, schedule_id, False)[0]
+
     def _read(self, run: "CaseRun", schedule_id: str, sessions: bool) -> tuple[dict, list | None]:
         """On the store's barrier reader, not the verifier's session: racers' barriers arrive on two threads at once,
         and the verifier's is shared by threads that do not lock it. Read again once when a crash ended it."""

@@ -982,8 +982,9 @@ BOUNDED_PASS = rule_of(
     "Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at most "
     "MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes cancellation "
     "before starting the next lease. (A `process-due` request claims at most `maximum_schedules` dispatch rows, "
-    "and at most `cancel_after` when it is cancelled after that many: seen as the lease generations that moved "
-    "while it ran; racing requests are held to their sum.)")
+    "and at most `cancel_after` when it is cancelled after that many, or as many as it had claimed when the host "
+    "answered a barrier `cancel-pass`: seen as the lease generations that moved while it ran; racing requests are "
+    "held to their sum.)")
 
 
 def _limit(request: dict) -> int:
@@ -1001,6 +1002,8 @@ def pass_bounded(windows: list[dict]) -> CheckResult:
         rows += 1
         claimed = window["after"]["claimed"] - window["before"]["claimed"]
         allowed = sum(_limit(r) for r in window.get("requests", [{}]))
+        if "cancelled_after_claims" in window:  # a `cancel-pass` reply: no lease after those already taken
+            allowed = min(allowed, window["cancelled_after_claims"])
         if claimed > allowed:
             evidence.append({"during": window["during"], "claims_committed": claimed, "allowed": allowed,
                              "requests": window.get("requests"), "answers": window["answers"]})
@@ -1313,3 +1316,5 @@ from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every
 # reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
 from . import barrier_facts  # noqa: E402,F401
+# A pass cancelled in flight (barrier-reply `cancel-pass`) is judged in its own module, registered the same way.
+from . import cancel_pass  # noqa: E402,F401
