@@ -262,3 +262,8 @@ def changes(before: dict, after: dict) -> list[dict]:
             if old != row:
                 found.append({"table": table, "key": key, "xmin": row["xmin"], "was": old, "now": row})
     return found
+
+
+# A pass cancelled in flight (barrier-reply `cancel-pass`) is judged in a module of its own that reads facts as this one
+# does; imported here, last, so its rule follows these in CHECKS whichever module is imported first.
+from . import cancel_pass  # noqa: E402,F401

@@ -27,8 +27,9 @@ KEEPS_COMMITTED = rule_of(
     "Cancellation does not roll back a committed Schedule fact. (A pass whose barrier the host answered "
     "`cancel-pass` (scenario step `cancel_at`) answers `ok`, and what it had committed for that barrier's schedule "
     "is all still there when it answers and at the end: every occurrence with its range, a pending one pending or "
-    "materialized, a linked one with its Work; the cursor not behind; its history and Work rows; a planned cancel "
-    "whose barrier was never reached fails, unless a fault stopped the pass before it.)")
+    "materialized, a linked one with its Work; the cursor not behind; its history and Work rows; the barrier's "
+    "context names the schedule_id; a planned cancel whose barrier was never reached fails, unless a fault stopped "
+    "the pass before it.)")
 
 # Where an occurrence may go from each state without undoing what committed (at the end also a later update's or
 # delete's supersession).
@@ -129,6 +130,9 @@ def keeps_committed(plan: CancelPlan | None, faulted: bool) -> CheckResult | Non
                              "why": "the pass answered without reaching the barrier that was to carry the cancel"})
         return CheckResult("cancel-keeps-committed", KEEPS_COMMITTED, not evidence, evidence, 1)
     before = plan.delivered["facts"]
+    if not plan.delivered["schedule_id"]:  # nothing to read: the barrier must say whose decision it is
+        evidence.append({"step": plan.step, "cancelled_at": plan.barrier, "context": plan.delivered["context"],
+                         "why": "the barrier's context names no schedule_id, so what it committed cannot be read"})
     rows = 0
     if before is not None:
         rows = len(before["occurrences"]) + len(before["history"]) + len(before["work"]) + 1

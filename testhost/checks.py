@@ -1316,5 +1316,3 @@ from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every
 # reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
 from . import barrier_facts  # noqa: E402,F401
-# A pass cancelled in flight (barrier-reply `cancel-pass`) is judged in its own module, registered the same way.
-from . import cancel_pass  # noqa: E402,F401
