@@ -28,8 +28,8 @@ KEEPS_COMMITTED = rule_of(
     "`cancel-pass` (scenario step `cancel_at`) answers `ok`, and what it had committed for that barrier's schedule "
     "is all still there when it answers and at the end: every occurrence with its range, a pending one pending or "
     "materialized, a linked one with its Work; the cursor not behind; its history and Work rows; the barrier's "
-    "context names the schedule_id; a planned cancel whose barrier was never reached fails, unless a fault stopped "
-    "the pass before it.)")
+    "context names the schedule_id; a planned cancel whose barrier was never reached fails, unless a fault fired "
+    "before the pass answered, which may leave it nothing to cancel.)")
 
 # Where an occurrence may go from each state without undoing what committed (at the end also a later update's or
 # delete's supersession).
@@ -47,7 +47,7 @@ class CancelPlan:
         self.delivered: dict | None = None  # {"context", "facts"} at the barrier
         self.answered: dict | None = None  # facts once the pass answered, and the answer
         self.final: dict | None = None
-        self.fault_first = False  # a fault fired in the case before the pass could reach the barrier
+        self.fault_first = False  # a fault fired in the case before the pass answered without the cancel
         self.armed = False  # the step's own request is in flight (not the recovery's or the final drain's)
         self.unread: list[str] = []
         self._lock = threading.Lock()
@@ -118,17 +118,35 @@ def lost(before: dict, after: dict, superseding: bool) -> list[dict]:
     return found
 
 
-def keeps_committed(plan: CancelPlan | None, faulted: bool) -> CheckResult | None:
-    """The facts at the cancel against those at the answer and at the end; a cancel planned and never delivered."""
-    if plan is None:
+def keeps_committed(plans: list[CancelPlan], faulted: bool) -> CheckResult | None:
+    """Every cancelled step's facts at the cancel against those at its answer and at the end; a cancel planned and
+    never delivered. None when no step cancels a pass."""
+    if not plans:
         return None
+    evidence: list[Any] = []
+    rows = 0
+    unread = []
+    for plan in plans:
+        found, examined = _judge(plan, faulted)
+        evidence += found
+        rows += examined
+        if plan.delivered is not None and plan.delivered["facts"] is None and not found:
+            unread += plan.unread
+    result = CheckResult("cancel-keeps-committed", KEEPS_COMMITTED, not evidence, evidence, rows)
+    if unread and not rows:  # the server was not there to read at the cancel (a crash)
+        result.skipped = "the facts at the cancel could not be read: " + "; ".join(unread)
+    return result
+
+
+def _judge(plan: CancelPlan, faulted: bool) -> tuple[list, int]:
+    """One plan's findings and how many facts it held to the sentence."""
     evidence: list[Any] = []
     if plan.delivered is None:
         if not (faulted and plan.fault_first):
             evidence.append({"step": plan.step, "planned": {"barrier": plan.barrier, "hit": plan.hit},
                              "delivered": False, "hits_seen": plan.seen,
                              "why": "the pass answered without reaching the barrier that was to carry the cancel"})
-        return CheckResult("cancel-keeps-committed", KEEPS_COMMITTED, not evidence, evidence, 1)
+        return evidence, 1
     before = plan.delivered["facts"]
     if not plan.delivered["schedule_id"]:  # nothing to read: the barrier must say whose decision it is
         evidence.append({"step": plan.step, "cancelled_at": plan.barrier, "context": plan.delivered["context"],
@@ -149,7 +167,4 @@ def keeps_committed(plan: CancelPlan | None, faulted: bool) -> CheckResult | Non
         if gone:
             evidence.append({"step": plan.step, "schedule_id": plan.delivered["schedule_id"],
                              "cancelled_at": plan.barrier, "seen_at": when, "rolled_back": gone})
-    result = CheckResult("cancel-keeps-committed", KEEPS_COMMITTED, not evidence, evidence, rows)
-    if before is None and not evidence:  # the server was not there to read at the cancel (a crash)
-        result.skipped = "the facts at the cancel could not be read: " + "; ".join(plan.unread)
-    return result
+    return evidence, rows

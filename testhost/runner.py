@@ -213,7 +213,7 @@ class CaseRun:
         self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
         self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
-        self.cancel_plan: CancelPlan | None = None  # a `process` step's `cancel_at`, once that step has run
+        self.cancel_plans: list[CancelPlan] = []  # each `process` step's `cancel_at` that has run, in order
 
     @property
     def owner(self) -> KeptSession:
@@ -293,7 +293,7 @@ class CaseRun:
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
         # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
-        return self.cancel_plan.at_barrier(self, impl, name, context) if self.cancel_plan is not None else None
+        return self.cancel_plans[-1].at_barrier(self, impl, name, context) if self.cancel_plans else None
 
     def wait_for_other_racers(self, label: str, timeout: float | None = None) -> list[str]:
         """While two processors race, let every racer but `label` finish its pass (a fault calls this from the
@@ -618,9 +618,9 @@ class CaseRun:
         model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
         if "cancel_at" in step.args:
             model_limit = pass_limit(step.args) * len(labels)
-            self.cancel_plan = CancelPlan(step.index, labels[0], step.args["cancel_at"]["barrier"],
+            self.cancel_plans.append(CancelPlan(step.index, labels[0], step.args["cancel_at"]["barrier"],
                                           step.args["cancel_at"].get("hit", 1), any(
-                                              s.op in ("update", "delete") for s in self.scenario.steps[step.index:]))
+                                              s.op in ("update", "delete") for s in self.scenario.steps[step.index:])))
         beside = during_step(step)
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
@@ -646,11 +646,11 @@ class CaseRun:
                 self.model.pass_(cutoff, model_limit)
                 if len(labels) == 1:
                     if "cancel_at" in step.args:
-                        self.cancel_plan.armed = True
+                        self.cancel_plans[-1].armed = True
                     self._respond(self.impls[labels[0]], "process-due", request)
                     if "cancel_at" in step.args:
-                        self.cancel_plan.armed = False
-                        self.cancel_plan.after_answer(self, self.answers[-1] if self.answers else None)
+                        self.cancel_plans[-1].armed = False
+                        self.cancel_plans[-1].after_answer(self, self.answers[-1] if self.answers else None)
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
                                for label in labels]
@@ -1051,8 +1051,8 @@ class CaseRun:
                 self.recovered = True
             if self.injection is not None:
                 self.settle()
-            if self.cancel_plan is not None:
-                self.cancel_plan.at_end(self)
+            for cancel in self.cancel_plans:
+                cancel.at_end(self)
             with self.owner() as conn:
                 state = read_state(conn)
             state.drained_at = self.drained_at
@@ -1097,7 +1097,7 @@ class CaseRun:
                 outcome.measurements["restore-drills"] = drills
             checks += self._count_and_clock_checks(state)
             checks += self.barrier_facts.checks()
-            cancelled = keeps_committed(self.cancel_plan, faulted=self.plan.fault is not None)
+            cancelled = keeps_committed(self.cancel_plans, faulted=self.plan.fault is not None)
             if cancelled is not None:
                 checks.append(cancelled)
             if self.plan.fault is not None:

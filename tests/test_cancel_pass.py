@@ -66,27 +66,29 @@ def test_what_committed_before_the_cancel_may_only_go_forward():
 
 
 def test_the_check_fails_a_rollback_a_cancel_never_delivered_and_an_answer_other_than_ok():
-    assert keeps_committed(None, faulted=False) is None  # no step cancels: no result
-    kept = keeps_committed(_plan(), faulted=False)
+    assert keeps_committed([], faulted=False) is None  # no step cancels: no result
+    kept = keeps_committed([_plan()], faulted=False)
     assert kept.ok and kept.rows == 2 and SENTENCE in kept.rule
-    undone = keeps_committed(_plan(at_answer=_facts("superseded")), faulted=False)
+    undone = keeps_committed([_plan(at_answer=_facts("superseded"))], faulted=False)
     assert not undone.ok and undone.evidence[0]["seen_at"] == "answer"
     assert undone.evidence[0]["rolled_back"][0]["now"]["state"] == "superseded"
     # a later update or delete may supersede it by the end, never the cancelled pass itself
-    assert keeps_committed(_plan(at_end=_facts("superseded"), superseding=True), faulted=False).ok
-    assert not keeps_committed(_plan(at_end=_facts("superseded")), faulted=False).ok
-    unknown = keeps_committed(_plan(answer="unknown"), faulted=False)
+    assert keeps_committed([_plan(at_end=_facts("superseded"), superseding=True)], faulted=False).ok
+    assert not keeps_committed([_plan(at_end=_facts("superseded"))], faulted=False).ok
+    unknown = keeps_committed([_plan(answer="unknown")], faulted=False)
     assert not unknown.ok and unknown.evidence[0]["answer"] == {"outcome": "unknown"}
-    assert keeps_committed(_plan(answer="unknown", faulted=True), faulted=True).ok  # a fault may cut the answer
+    assert keeps_committed([_plan(answer="unknown", faulted=True)], faulted=True).ok  # a fault may cut the answer
     anonymous = _plan()
     anonymous.delivered = {"context": {}, "schedule_id": "", "facts": None}
-    assert not keeps_committed(anonymous, faulted=False).ok  # no schedule_id in the barrier's context
-    never = keeps_committed(_plan(delivered=False), faulted=False)
+    assert not keeps_committed([anonymous], faulted=False).ok  # no schedule_id in the barrier's context
+    never = keeps_committed([_plan(delivered=False)], faulted=False)
     assert not never.ok and never.evidence[0]["delivered"] is False
     stopped = _plan(delivered=False)
     stopped.fault_first = True
-    assert keeps_committed(stopped, faulted=True).ok  # a fault stopped the pass before its barrier
-    assert not keeps_committed(_plan(delivered=False), faulted=True).ok  # faulted later: the cancel was due
+    assert keeps_committed([stopped], faulted=True).ok  # a fault stopped the pass before its barrier
+    assert not keeps_committed([_plan(delivered=False)], faulted=True).ok  # faulted later: the cancel was due
+    both = keeps_committed([_plan(), _plan(delivered=False)], faulted=False)  # every cancelled step is judged
+    assert not both.ok and len(both.evidence) == 1 and both.rows == 3
 
 
 def _window(claimed, **extra):
