@@ -69,6 +69,11 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 skipped.append(Skipped(scenario.name, b.name, any_fault,
                                        f"the fault-free run of {scenario.name} never reaches {b.name}"))
                 continue
+            if scenario.fault_free:
+                skipped.append(Skipped(scenario.name, b.name, any_fault,
+                                       f"{scenario.name} is fault-free only (`fault_free = true`): its point is a "
+                                       f"fault-free property, and {b.name}'s faults are planned in other scenarios"))
+                continue
             for name, plugin in faults.items():
                 if not matches(name, fault):
                     continue

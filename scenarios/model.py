@@ -55,6 +55,7 @@ class Scenario:
     source: str = ""
     origin: str = ""  # the file it was read from
     instances: dict[str, Instance] = field(default_factory=dict)  # [instances.LABEL]: scenarios/instances.py
+    fault_free: bool = False  # the matrix plans its fault-free run only (scenarios/matrix.py)
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -107,7 +108,8 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)),
                     bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
-                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin))
+                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin),
+                    fault_free=data.get("fault_free", False))
 
 
 def is_builtin(scenario: Scenario) -> bool:
