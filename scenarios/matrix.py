@@ -78,7 +78,7 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 if not matches(name, fault):
                     continue
                 reason = plugin.applies(b)
-                only = getattr(plugin, "scenarios", None)
+                only = plugin.scenarios_at(b) if hasattr(plugin, "scenarios_at") else getattr(plugin, "scenarios", None)
                 if not reason and only and scenario.name not in only and (
                         not getattr(plugin, "builtin_only", False) or is_builtin(scenario)):
                     reason = f"{name} is planned in {', '.join(only)} only: {plugin.scenarios_because}"

@@ -267,8 +267,24 @@ class Pause:
                "transactions, your next transaction for that schedule finds another dispatch revision and writes "
                "nothing (`late-writes-fenced`)")
 
+    # Stopped inside its transaction a processor holds the schedule's row locks, so the second copy's claim skips that
+    # schedule and nobody takes it over: in the whole matrix's 218 pauses at those barriers the second copy claimed
+    # nothing at all 198 times, and only other schedules the other 20 (the `stall` fault, which ends the session, is
+    # the takeover there). What is left is the transaction kind's: another
+    # processor draining beside a held lock, and a COMMIT after the lease expired. So the built-in catalog plans a
+    # pause inside a transaction in the crash's scenarios only; between transactions (after-commit), where the
+    # takeover happens and the next write must be fenced, in every scenario.
+    scenarios_because = ("stopped inside a transaction you hold the schedule's row locks and nobody takes it over "
+                         "(`stall` does that); another processor draining beside a held lock and a commit after the "
+                         "lease expired belong to the barrier's transaction kind, and these scenarios meet every kind")
+    builtin_only = True
+
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"
+
+    def scenarios_at(self, barrier: Barrier) -> tuple[str, ...] | None:
+        """Where a pause at this barrier is planned in the built-in catalog (None: every scenario)."""
+        return None if barrier.position == "after-commit" else DB_CRASH_SCENARIOS
 
     def inject(self, run, impl, barrier, injection):
         injection.open_xid = open_write_xid(run, barrier, injection)
