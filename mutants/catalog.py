@@ -557,6 +557,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("errors.py", 'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "57014", "55P03"}',
               'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "55P03"}'),),
         slice=("*/*/cancel/*",)),
+    Mutant(
+        "target-format-characters-stored", PROBLEM_RESULTS,
+        "A target command is checked for control characters only, so one holding a format character (a "
+        "right-to-left override, a zero-width space) is stored instead of answering the validation problem.",
+        (Edit("model.py", "            or _unfit(command):\n", "            or False:\n"),),
+        slice=("hostile-definitions",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
