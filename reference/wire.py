@@ -5,6 +5,7 @@ field, never an exception (docs/protocol-notes.md, 35a-35e)."""
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -20,6 +21,8 @@ TARGET_FIELDS = ("command", "payload", "kind")
 # years 0001-9999 that RFC 3339 and the Work identity's instant form can write, from any acceptance this side of
 # year 9000, and its microseconds inside a bigint.
 MAX_SECONDS = 10 ** 10
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?P<offset>[Zz]|[+-]\d{2}:\d{2})?",
+                      re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,16 @@ def _instant(value: Any, name: str, bad: _Bad) -> datetime | None:
     if not isinstance(value, str):
         bad(name, f"must be an RFC 3339 string, not {type(value).__name__}")
         return None
+    # Matched whole first: datetime.fromisoformat reads "2031-03-03T01:00:00Z\x00" as a valid instant (35c).
+    shape = _RFC3339.fullmatch(value)
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+        if shape is None:
+            raise ValueError(value)
+        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1] in "Zz" else value)
     except ValueError:
         bad(name, "must be an RFC 3339 instant with an offset, such as 2031-03-03T00:00:00Z")
         return None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
+    if shape.group("offset") is None or parsed.tzinfo is None or parsed.utcoffset() is None:
         bad(name, "must carry an offset (Z or +hh:mm): a naive date-time names no instant")
         return None
     try:

@@ -73,18 +73,18 @@ def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates
 
     stats = Stats()
     search = HostileSearch(HostileRun(certify._world, job["command"], Path(job["log_dir"]), migrations),
-                           profile.hostile_shrink_s)
+                           profile.hostile_shrink_s, share=(job["index"], job["jobs"]) if job["sweep"] else None)
 
     def report(hostile) -> None:
         stats.hostile, stats.hostile_failures = hostile.inputs, hostile.failures
         updates.put((job["index"], stats.to_json()))
 
     search.report = report
-    if job["hostile"] > 0:
+    if job["hostile"] > 0 or job["sweep"]:
         search.run(job["seed"], job["hostile"])
     return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "failures": search.stats.failures,
             "shrinks": search.stats.shrinks, "seconds": search.stats.seconds, "failure": search.failure,
-            "check": search.result().to_json() if job["hostile"] > 0 else None}
+            "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None}
 
 
 def total(stats: list[dict]) -> dict:
@@ -202,7 +202,8 @@ def explore(options: Options) -> tuple[int, dict]:
     jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
              "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
              "migrations": str(options.migrations) if options.migrations else None,
-             "hostile": hostile_share(options, profile, i)} for i in range(options.jobs)]
+             "hostile": hostile_share(options, profile, i), "jobs": options.jobs,
+             "sweep": profile.hostile_sweep and options.hostile != 0} for i in range(options.jobs)]
     stopped: certify.RunStopped | None = None
     with certify.StopSignals() as signals:
         pool = signals.pool = certify.Pool(lambda: ProcessPoolExecutor(

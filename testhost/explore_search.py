@@ -38,6 +38,7 @@ class Profile:
     random_seed: bool = False  # draw the seed (else --seed, default 0: the same programs every run)
     hostile_examples: int = 150  # hostile calls per run (split over the jobs), sent before the programs
     hostile_shrink_s: float = 30.0  # time for shrinking a hostile call that was not refused as it must be
+    hostile_sweep: bool = True  # first every tabled hostile call once (scenarios/hostile.py, sweep), split over jobs
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (

@@ -269,8 +269,9 @@ class HostileSearch:
     """Hypothesis draws hostile calls, the run sends them; the first wrong answer is shrunk to the smallest."""
 
     def __init__(self, run: HostileRun, shrink_s: float = 30.0,
-                 report: Callable[[HostileStats], None] = lambda stats: None):
+                 report: Callable[[HostileStats], None] = lambda stats: None, share: tuple[int, int] | None = None):
         self.run_, self.shrink_s, self.report = run, shrink_s, report
+        self.share = share  # (this job, of how many): its part of the sweep; None: no sweep
         self.stats = HostileStats()
         self.failure: dict | None = None
         self.shrink_until: float | None = None
@@ -291,14 +292,34 @@ class HostileSearch:
                         "implementation": self.run_.implementation}
         raise AssertionError("; ".join(wrong))
 
+    def _ready(self) -> None:
+        if self.dirty or self.run_.case is None:
+            self.run_.start()
+            self.dirty = False
+
+    def sweep(self) -> None:
+        """This job's part of every tabled hostile call, each once; each is one argument from a lawful call, so
+        a failure needs no shrinking."""
+        from scenarios.hostile import sweep
+
+        index, jobs = self.share
+        self._ready()
+        for hostile in sweep(self.run_.schedule_id, self.run_.revision())[index::jobs]:
+            answer, rows_changed = self.run_.send(hostile)
+            self.stats.inputs += 1
+            self.stats.by_op[hostile.op] = self.stats.by_op.get(hostile.op, 0) + 1
+            self.report(self.stats)
+            try:
+                self.check(hostile, answer, rows_changed)
+            except AssertionError:
+                return
+
     def body(self, data) -> None:
         from scenarios.hostile import hostile_inputs
 
         if self.shrink_until is not None and time.monotonic() > self.shrink_until:
             return  # the shrinking time is spent: the smallest failure so far stands
-        if self.dirty or self.run_.case is None:
-            self.run_.start()
-            self.dirty = False
+        self._ready()
         hostile = data.draw(hostile_inputs(self.run_.schedule_id, self.run_.revision()), label="hostile")
         answer, rows_changed = self.run_.send(hostile)
         if self.shrink_until is None:
@@ -317,7 +338,7 @@ class HostileSearch:
         started = time.monotonic()
 
         @hypothesis_seed(seed)
-        @settings(max_examples=max_examples, deadline=None, database=None, derandomize=False,
+        @settings(max_examples=max(1, max_examples), deadline=None, database=None, derandomize=False,
                   report_multiple_bugs=False, suppress_health_check=list(HealthCheck),
                   phases=(Phase.generate, Phase.shrink))
         @given(st.data())
@@ -325,7 +346,10 @@ class HostileSearch:
             search.body(data)
 
         try:
-            hostile()
+            if self.share is not None:
+                self.sweep()
+            if self.failure is None and max_examples > 0:
+                hostile()
         except AssertionError:
             if self.failure is None:
                 raise
