@@ -115,7 +115,9 @@ def spec(data: Any, bad: _Bad) -> ScheduleSpec | None:
         return None
     _unknown(data, SPEC_FIELDS, "spec.", bad)
     target = data.get("target")
-    if not isinstance(target, dict):
+    if target is None:
+        target = {}  # no command: the definition's own check says so, after a Cron's not-admitted
+    elif not isinstance(target, dict):
         bad("spec.target", f"must be an object with a command, not {type(target).__name__}")
         target = {}
     _unknown(target, TARGET_FIELDS, "spec.target.", bad)

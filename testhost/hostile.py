@@ -15,26 +15,7 @@ from typing import Any, Callable
 
 from barriers.protocol import BY_PROBLEM, problem_name
 
-from .checks import CheckResult, rule_of
-
-CLIENT_RULE = rule_of(
-    "hostile-client-inputs",
-    "Schedule API validation and domain conflicts return durable problem results. (A client operation given one "
-    "hostile argument (control or format characters, an empty or 1 MB string, a naive or out-of-range instant, a "
-    "zero, negative, huge or mistyped duration, an unknown kind or schedule, a wrong JSON type, a missing or unknown "
-    "field) answers `fail` with a problem of PROTOCOL.md's types, one the input allows, whose `detail` is not empty "
-    "and which names the argument (a key of `errors` or a word of `detail`) when it is `validation`, and changes no "
-    "row of any table of the schema; a crash, a protocol error, `ok`, `unknown` or a retriable error fails it; "
-    "`crashproof explore`, hostile phase.)")
-CLAIM_RULE = rule_of(
-    "hostile-claim-inputs",
-    "The function rejects blank or control-character lease owners and lease durations that are null, non-positive, "
-    "or longer than ten minutes before it changes a row, so an untrusted dispatcher call cannot strand a Schedule in "
-    "a non-expiring or excessively long lease. (`claim_schedule_dispatch` called as the dispatcher, with a schedule "
-    "claimable, and one hostile argument (a blank, control- or format-character or over-long owner; a null, zero, "
-    "negative, mixed-sign, over-ten-minute or out-of-range duration) raises an error of SQLSTATE class 22 whose "
-    "message names the argument (`lease owner` or `lease duration`), and changes no row of any table of the schema; "
-    "`crashproof explore`, hostile phase.)")
+from .checks import HOSTILE_CLAIM as CLAIM_RULE, HOSTILE_CLIENT as CLIENT_RULE, CheckResult
 
 # Every table of the schema, each row as its text, ordered by that text: two snapshots compare byte for byte.
 TABLES_SQL = ("select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
@@ -88,9 +69,10 @@ def candidates(name: str) -> set[str]:
 
 def names_field(problem: dict, name: str) -> bool:
     """Whether a validation problem names the argument: a key of `errors` or a word of `detail`, as the
-    argument's path, a suffix of it, or a field under it."""
+    argument's path, a suffix of it, or a field under it (a definition's fields also relative to `spec`)."""
     errors = problem.get("errors") if isinstance(problem.get("errors"), dict) else {}
     named = set(errors) | _tokens(problem.get("detail", "")) | _tokens(problem.get("title", ""))
+    named |= {f"spec.{n}" for n in named}  # a definition's own check may name its fields relative to it
     wanted = candidates(name)
     return any(n in wanted or any(n.startswith(c + ".") for c in wanted) for n in named)
 
