@@ -245,3 +245,18 @@ def test_explore_writes_a_hostile_failure_with_its_request_and_replays_it(tmp_pa
         "crashproof explore --replay-hostile")
     assert replay(Path(hostile["found"][0]["file"]), mutant.command) == 1
     assert replay(Path(hostile["found"][0]["file"]), REFERENCE_COMMAND) == 0
+
+
+def test_a_negative_hostile_budget_is_a_one_line_usage_error(tmp_path):
+    import subprocess
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "explore", "--hostile", "-1", "--report-dir",
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--hostile" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_each_job_takes_its_share_of_the_hostile_calls():
+    from testhost.explore import hostile_share
+    from testhost.explore_search import PROFILES
+    shares = [hostile_share(Options(jobs=3), PROFILES["ci"], i) for i in range(3)]
+    assert sum(shares) == PROFILES["ci"].hostile_examples and max(shares) - min(shares) <= 1
+    assert [hostile_share(Options(jobs=2, hostile=0), PROFILES["ci"], i) for i in range(2)] == [0, 0]
