@@ -260,3 +260,21 @@ def test_each_job_takes_its_share_of_the_hostile_calls():
     shares = [hostile_share(Options(jobs=3), PROFILES["ci"], i) for i in range(3)]
     assert sum(shares) == PROFILES["ci"].hostile_examples and max(shares) - min(shares) <= 1
     assert [hostile_share(Options(jobs=2, hostile=0), PROFILES["ci"], i) for i in range(2)] == [0, 0]
+
+
+def test_a_run_whose_schedule_cannot_be_created_is_a_harness_error(world, tmp_path, monkeypatch):
+    from testhost import hostile
+    from testhost.errors import TestHostError
+    monkeypatch.setattr(hostile, "BASE_SPEC", {"kind": "every", "every_s": 0, "target": {"command": "x"}})
+    run = HostileRun(world, REFERENCE_COMMAND, tmp_path / "logs")
+    try:
+        with pytest.raises(TestHostError, match="could not create its schedule"):
+            run.start()
+    finally:
+        run.close()
+
+
+def test_once_the_shrinking_time_is_spent_the_first_failure_stands(world, tmp_path):
+    search = HostileSearch(HostileRun(world, launcher(NAIVE_AS_UTC, tmp_path), tmp_path / "logs"), shrink_s=0)
+    search.run(0, 400)
+    assert search.failure is not None and search.stats.shrinks == 0 and search.stats.failures == 1
