@@ -262,7 +262,8 @@ class ProblemType:
 PROBLEMS = (
     ProblemType("validation", "the definition is invalid: a kind without its fields, a non-positive interval or "
                 "safety window, a target command that is blank or too long, an At instant at or before the "
-                "command's acceptance"),
+                "command's acceptance; or an argument cannot be read (a wrong JSON type, a missing or unknown field, "
+                "an instant without an offset: *Client commands* below)"),
     ProblemType("not-admitted", "outside Gate A: a Cron schedule, a Flow target, a policy other than QueueOne "
                 "plus RunOnce"),
     ProblemType("not-found", "no schedule with that identity in the scope"),
@@ -547,5 +548,21 @@ NORMATIVE = (
         "leaves the definition `active` with the store's current `runtime_epoch` and the scope's current "
         "generation in `scope_generation`, both rebound when both had advanced, and its cursor where it stood "
         "(`release-rebinds`; scenario `release-keeps-cursor` advances both before the suspension).",
+        "A hostile argument is refused, never accepted, crashed on or retried: a client command whose arguments "
+        "hold a wrong JSON type, a missing required field, an unknown field of `spec` or `spec.target`, a "
+        "string that is not a UUID where one goes, an instant without an offset or outside the years 0001-9999 "
+        "in UTC, a duration that is not a finite number of seconds, is not positive or exceeds 10^10 s (a "
+        "`safety_window_s` 366 days), a target command that is blank, over 256 characters or holds a control, "
+        "format or line/paragraph separator character, or a payload holding U+0000 or a lone surrogate answers "
+        "`fail` with a `validation` problem whose `errors` keys or `detail` name the argument (its wire path, "
+        "such as `spec.every_s`, or a suffix of it, with or without `_s`); an unknown schedule answers "
+        "`not-found`, a well-typed but stale `expected_revision` `revision-conflict`. Fields beside `spec` that "
+        "the operation does not define are the envelope's and ignored. Every table of the schema is "
+        "byte-identical before and after, `unknown` or a `retriable` error does not answer it, and a process "
+        "that exits on it fails (`hostile-client-inputs`). `claim_schedule_dispatch` called as the dispatcher "
+        "with a blank, control- or format-character or over-200-character owner, or a null, zero, negative, "
+        "mixed-sign, over-ten-minute or out-of-range duration raises SQLSTATE class 22 with a message naming "
+        "`lease owner` or `lease duration`, and changes no row (`hostile-claim-inputs`). `crashproof explore` "
+        "draws these in its hostile phase (docs/explore.md); scenario `hostile-definitions` holds a few.",
     )),
 )

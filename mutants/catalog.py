@@ -591,6 +591,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("adapter.py", '        if reply.get("action") == "cancel-pass" and self._pass_token is not None:\n',
               '        if False:\n'),),
         slice=("cancel-after-decision",)),
+    Mutant(
+        "target-format-characters-stored", PROBLEM_RESULTS,
+        "A target command is checked for control characters only, so one holding a format character (a "
+        "right-to-left override, a zero-width space) is stored instead of answering the validation problem.",
+        (Edit("model.py", "            or _unfit(command):\n", "            or False:\n"),),
+        slice=("hostile-definitions",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -18,7 +18,7 @@ from typing import Any, Callable, TextIO
 
 import barriers
 
-from . import ScheduleClient, ScheduleProcessor, WorkStore
+from . import ScheduleClient, ScheduleProcessor, WorkStore, wire
 from .errors import CommitOutcomeUnknown, DurableError
 from .model import ScheduleSpec, ScheduleView, Target
 from .problems import Problem
@@ -45,6 +45,24 @@ def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
                         every=_seconds(data.get("every_s")), anchor=_time(data.get("anchor")), cron=data.get("cron"),
                         target=Target(target.get("command", ""), target.get("payload", {}), target.get("kind", "work")),
                         **optional)
+
+
+def run_command(client: ScheduleClient, op: str, args: Any, command_id: uuid.UUID | None = None) -> Any:
+    """create, update, delete or release-after-recovery from the wire's arguments, on `client`; `command_id`
+    stands in when the arguments name none (the host's fallback keeps one per step across its retries)."""
+    read = wire.command(op, args)
+    if isinstance(read, Problem):
+        return read
+    command_id = read.command_id or command_id
+    if op == "create":
+        return client.create(read.spec, schedule_id=read.schedule_id, command_id=command_id)
+    if op == "update":
+        return client.update(read.schedule_id, read.spec, expected_revision=read.expected_revision,
+                             command_id=command_id)
+    if op == "delete":
+        return client.delete(read.schedule_id, expected_revision=read.expected_revision, command_id=command_id)
+    return client.release_after_recovery(read.schedule_id, expected_revision=read.expected_revision,
+                                         command_id=command_id)
 
 
 class _CancelledAfter(CancellationToken):
@@ -122,15 +140,11 @@ class Adapter:
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "process-due": self._process_due,
-            "create": lambda a: self.client.create(
-                spec_from_json(a["spec"]), schedule_id=uuid.UUID(a["schedule_id"]) if a.get("schedule_id") else None,
-                command_id=uuid.UUID(a["command_id"]) if a.get("command_id") else None),
-            "update": lambda a: self.client.update(uuid.UUID(a["schedule_id"]), spec_from_json(a["spec"]),
-                                                   expected_revision=a["expected_revision"]),
-            "delete": lambda a: self.client.delete(uuid.UUID(a["schedule_id"]), expected_revision=a["expected_revision"]),
+            "create": lambda a: self._command("create", a),
+            "update": lambda a: self._command("update", a),
+            "delete": lambda a: self._command("delete", a),
             "get": lambda a: self.client.get(uuid.UUID(a["schedule_id"])),
-            "release-after-recovery": lambda a: self.client.release_after_recovery(
-                uuid.UUID(a["schedule_id"]), expected_revision=a["expected_revision"]),
+            "release-after-recovery": lambda a: self._command("release-after-recovery", a),
             "complete-work": lambda a: self.work.transition(uuid.UUID(a["work_id"]), a["state"]),
         }
         if op not in handlers:
@@ -146,6 +160,10 @@ class Adapter:
                 lease_owner=a.get("lease_owner")), self._pass_token).to_json()
         finally:
             self._pass_token = None
+
+    def _command(self, op: str, args: dict[str, Any]) -> Any:
+        """A client command, its arguments read first: what cannot be read is a validation problem."""
+        return run_command(self.client, op, args)
 
     def respond(self, request: dict[str, Any]) -> dict[str, Any]:
         request_id = request.get("id")

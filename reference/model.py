@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,6 +19,24 @@ DEFAULT_SAFETY_WINDOW = timedelta(hours=1)
 MAX_SAFETY_WINDOW = timedelta(days=366)
 MAX_PAYLOAD_BYTES = 64 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Code points no target command may hold (docs/protocol-notes.md, 35b): control, format, line and paragraph
+# separators, and lone surrogates, which no UTF-8 column can store.
+_UNFIT = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _unfit(text: str) -> bool:
+    return any(unicodedata.category(c) in _UNFIT for c in text)
+
+
+def _unstorable(value: Any) -> bool:
+    """Whether a JSON value holds a string PostgreSQL's jsonb refuses (U+0000, a lone surrogate)."""
+    if isinstance(value, str):
+        return "\x00" in value or any(unicodedata.category(c) == "Cs" for c in value)
+    if isinstance(value, dict):
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unstorable(v) for v in value)
+    return False
 
 
 @dataclass(frozen=True)
@@ -91,12 +110,15 @@ def check(spec: ScheduleSpec) -> problems.Problem | None:
     if not _positive(spec.safety_window) or spec.safety_window > MAX_SAFETY_WINDOW:
         bad("safety_window", f"must be positive and at most {MAX_SAFETY_WINDOW.days} days")
     command = spec.target.command
-    if not isinstance(command, str) or not command.strip() or len(command) > 256 or _CONTROL.search(command):
-        bad("target.command", "must be 1-256 characters without control characters")
+    if not isinstance(command, str) or not command.strip() or len(command) > 256 or _CONTROL.search(command) \
+            or _unfit(command):
+        bad("target.command", "must be 1-256 characters without control, format or separator characters")
     try:
         if not isinstance(spec.target.payload, dict):
             raise TypeError("payload must be an object")
-        if len(json.dumps(spec.target.payload)) > MAX_PAYLOAD_BYTES:
+        if _unstorable(spec.target.payload):
+            bad("target.payload", "must hold no U+0000 and no lone surrogate, which PostgreSQL's jsonb refuses")
+        elif len(json.dumps(spec.target.payload)) > MAX_PAYLOAD_BYTES:
             bad("target.payload", f"must serialize to at most {MAX_PAYLOAD_BYTES} bytes of JSON")
     except (TypeError, ValueError) as exc:
         bad("target.payload", f"must be a JSON object ({exc})")

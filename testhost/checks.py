@@ -1331,6 +1331,26 @@ def cancel_retried(details: dict, answers: list[dict]) -> CheckResult | None:
                              "expected": "ok after a retry, or fail/unknown with retriable: true"})
     return CheckResult("cancel-retried", CANCEL_RETRIED, not evidence, evidence, 1 + len(hit))
 
+# The hostile phase of `crashproof explore` (testhost/hostile.py) judges under these.
+HOSTILE_CLIENT = rule_of(
+    "hostile-client-inputs",
+    "Schedule API validation and domain conflicts return durable problem results. (A client operation given one "
+    "hostile argument (control or format characters, an empty or 1 MB string, a naive or out-of-range instant, a "
+    "zero, negative, huge or mistyped duration, an unknown kind or schedule, a wrong JSON type, a missing or unknown "
+    "field) answers `fail` with a problem of PROTOCOL.md's types, one the input allows, whose `detail` is not empty "
+    "and which names the argument (a key of `errors` or a word of `detail`) when it is `validation`, and changes no "
+    "row of any table of the schema; a crash, a protocol error, `ok`, `unknown` or a retriable error fails it; "
+    "`crashproof explore`, hostile phase.)")
+HOSTILE_CLAIM = rule_of(
+    "hostile-claim-inputs",
+    "The function rejects blank or control-character lease owners and lease durations that are null, non-positive, "
+    "or longer than ten minutes before it changes a row, so an untrusted dispatcher call cannot strand a Schedule in "
+    "a non-expiring or excessively long lease. (`claim_schedule_dispatch` called as the dispatcher, with a schedule "
+    "claimable, and one hostile argument (a blank, control- or format-character or over-long owner; a null, zero, "
+    "negative, mixed-sign, over-ten-minute or out-of-range duration) raises an error of SQLSTATE class 22 whose "
+    "message names the argument (`lease owner` or `lease duration`), and changes no row of any table of the schema; "
+    "`crashproof explore`, hostile phase.)")
+
 # The client-command checks live in their own module; importing it here registers their rules with the rest.
 from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every

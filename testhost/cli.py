@@ -195,10 +195,15 @@ def cmd_explore(args) -> int:
             raise TestHostError(f"--duration: {exc}") from None
         if duration <= 0:
             raise TestHostError("--duration must be positive, e.g. 10m")
+    if args.hostile is not None and args.hostile < 0:
+        raise TestHostError("--hostile must be 0 (no hostile phase) or more")
+    if args.replay_hostile:
+        from .hostile import replay
+        return replay(Path(args.replay_hostile), args.impl or Options.command)
     worlds = _world_options(args)
     _require_engine(args)
     code, _ = explore(Options(command=args.impl or Options.command, profile=args.profile, seed=args.seed,
-                              max_examples=args.max_examples, duration_s=duration,
+                              max_examples=args.max_examples, duration_s=duration, hostile=args.hostile,
                               jobs=args.jobs if args.jobs is not None else 1,
                               out=Path(args.out), report_dir=Path(args.report_dir), **worlds))
     return code
@@ -428,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     exploring.add_argument("--jobs", type=int, help="worlds side by side, one search each (default 1)")
     exploring.add_argument("--out", default="explore-found", help="where each failure's scenario file and program go")
     exploring.add_argument("--report-dir", default="explore-report", help="where report.json and logs/ go")
+    exploring.add_argument("--hostile", type=int, help="hostile calls in all, instead of the profile's (0: none)")
+    exploring.add_argument("--replay-hostile", metavar="FILE", help="send the hostile call a failed explore wrote "
+                           "(hostile-*.json) to --impl again, judge it, and exit 0 when it is refused as it must be")
     exploring.add_argument("--catalog", action="append", help=argparse.SUPPRESS)
     exploring.add_argument("--with-builtin", action="store_true", help=argparse.SUPPRESS)
     _world_arguments(exploring)

@@ -4,6 +4,7 @@ the first failure of each job is shrunk and written as a scenario file that cert
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
@@ -44,6 +45,7 @@ class Options:
     dsn: str | None = None
     docker: bool = False
     launcher: str = "fork-server"
+    hostile: int | None = None  # hostile calls in all (None: the profile's; 0: no hostile phase)
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -51,14 +53,38 @@ def _job(job: dict, updates) -> dict:
     """One search in this worker's world (certify's worker initializer made it)."""
     profile = PROFILES[job["profile"]]
     profile = dataclasses.replace(profile, **job["overrides"])
+    migrations = Path(job["migrations"]) if job["migrations"] else None
+    hostile = _hostile_phase(job, profile, migrations, updates)
     deadline = time.monotonic() + job["duration_s"] if job["duration_s"] else None
     search = Search(certify._world, job["command"], profile, Path(job["log_dir"]),
                     report=lambda stats: updates.put((job["index"], stats.to_json())),
                     migrations=Path(job["migrations"]) if job["migrations"] else None, deadline=deadline)
-    search.run(job["seed"], job["max_examples"])
+    search.stats.hostile, search.stats.hostile_failures = hostile["inputs"], hostile["failures"]
+    if hostile["failure"] is None:
+        search.run(job["seed"], job["max_examples"])
     cases = [case if case["verdict"] != "pass" else {**case, "timeline": []} for case in search.cases]
     return {"stats": search.stats.to_json(), "failure": search.failure, "blob": search.blob, "cases": cases,
-            "seed": job["seed"], "index": job["index"]}
+            "seed": job["seed"], "index": job["index"], "hostile": hostile}
+
+
+def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates) -> dict:
+    """This job's share of hostile calls, in a store and a start of the implementation of their own."""
+    from .hostile import HostileRun, HostileSearch
+
+    stats = Stats()
+    search = HostileSearch(HostileRun(certify._world, job["command"], Path(job["log_dir"]), migrations),
+                           profile.hostile_shrink_s, share=(job["index"], job["jobs"]) if job["sweep"] else None)
+
+    def report(hostile) -> None:
+        stats.hostile, stats.hostile_failures = hostile.inputs, hostile.failures
+        updates.put((job["index"], stats.to_json()))
+
+    search.report = report
+    if job["hostile"] > 0 or job["sweep"]:
+        search.run(job["seed"], job["hostile"])
+    return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "failures": search.stats.failures,
+            "shrinks": search.stats.shrinks, "seconds": search.stats.seconds, "failure": search.failure,
+            "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None}
 
 
 def total(stats: list[dict]) -> dict:
@@ -69,15 +95,17 @@ def total(stats: list[dict]) -> dict:
             if key == "fired":
                 for fault, count in value.items():
                     summed["fired"][fault] = summed["fired"].get(fault, 0) + count
-            elif isinstance(value, int) and key not in ("steps_to_failure", "examples_to_failure"):
+            elif isinstance(value, int) and key in summed and key not in ("steps_to_failure", "examples_to_failure"):
                 summed[key] += value
     return summed
 
 
 def progress_line(stats: dict, elapsed: float) -> str:
     fired = ", ".join(f"{fault} {n}" for fault, n in sorted(stats["fired"].items())) or "none"
+    hostile = f", {stats['hostile']} hostile ({stats.get('hostile_failures', 0)} not refused)" \
+        if "hostile" in stats else ""
     return (f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted "
-            f"(fired: {fired}), {stats['failures']} failures, {int(elapsed)}s")
+            f"(fired: {fired}), {stats['failures']} failures{hostile}, {int(elapsed)}s")
 
 
 def _budget(options: Options, profile: Profile) -> tuple[int, float | None]:
@@ -88,6 +116,23 @@ def _budget(options: Options, profile: Profile) -> tuple[int, float | None]:
     if examples is None:
         examples = 10 ** 9  # the duration ends it
     return max(1, -(-examples // options.jobs)), duration
+
+
+def hostile_share(options: Options, profile: Profile, index: int) -> int:
+    """Job `index`'s part of the hostile calls (--hostile, else the profile's), split as evenly as they go."""
+    total_calls = profile.hostile_examples if options.hostile is None else options.hostile
+    return total_calls // options.jobs + (1 if index < total_calls % options.jobs else 0)
+
+
+def write_hostile(out: Path, failure: dict, seed: int, options: Options) -> Path:
+    """The call that was not refused, whole, with the exact request line and what came back."""
+    out.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(failure["request"].encode()).hexdigest()[:10]
+    path = out / f"hostile-{failure['input']['op']}-{digest}.json"
+    replay = f"crashproof explore --replay-hostile {path} --impl {options.command}"
+    path.write_text(json.dumps({**failure, "seed": seed, "profile": options.profile, "impl": options.command,
+                                "replay": replay}, indent=1) + "\n")
+    return path
 
 
 def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: str | None,
@@ -156,7 +201,9 @@ def explore(options: Options) -> tuple[int, dict]:
                      + (f"{int(duration)}s" if duration else f"{per_job * options.jobs} examples"))
     jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
              "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
-             "migrations": str(options.migrations) if options.migrations else None} for i in range(options.jobs)]
+             "migrations": str(options.migrations) if options.migrations else None,
+             "hostile": hostile_share(options, profile, i), "jobs": options.jobs,
+             "sweep": profile.hostile_sweep and options.hostile != 0} for i in range(options.jobs)]
     stopped: certify.RunStopped | None = None
     with certify.StopSignals() as signals:
         pool = signals.pool = certify.Pool(lambda: ProcessPoolExecutor(
@@ -198,6 +245,21 @@ def explore(options: Options) -> tuple[int, dict]:
                           "checks": result["failure"]["checks"], "steps": len(result["failure"]["steps"]),
                           "steps_to_failure": result["stats"]["steps_to_failure"],
                           "examples_to_failure": result["stats"]["examples_to_failure"]})
+    hostile_found = []
+    for result in results:
+        failure = result["hostile"]["failure"]
+        if failure is not None:
+            path = write_hostile(options.out, failure, result["seed"], options)
+            hostile_found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
+                                  "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
+                                  "wrong": failure["wrong"], "file": str(path)})
+    hostile = {"inputs": sum(r["hostile"]["inputs"] for r in results),
+               "failures": sum(r["hostile"]["failures"] for r in results),
+               "shrinks": sum(r["hostile"]["shrinks"] for r in results),
+               "seconds": max((r["hostile"]["seconds"] for r in results), default=0.0),
+               "by_op": {op: sum(r["hostile"]["by_op"].get(op, 0) for r in results)
+                         for op in sorted({op for r in results for op in r["hostile"]["by_op"]})},
+               "found": hostile_found}
     cases = [case for r in results for case in r["cases"]]
     for case in cases:
         case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
@@ -211,7 +273,8 @@ def explore(options: Options) -> tuple[int, dict]:
             "faulted_per_s": round(stats["faulted"] / elapsed, 2)}
     run = {"started_at": started_at, "duration_s": round(elapsed, 2), "seed": seed,
            "selection": {"explore": profile.name, "cases": [], "catalog": ["generated"]},
-           "explore": {"profile": profile.name, "jobs": options.jobs, **stats, **rate, "found": found},
+           "explore": {"profile": profile.name, "jobs": options.jobs, **stats, **rate, "found": found,
+                       "hostile": hostile},
            "skipped": [], "problems": [], "logs": os.path.relpath(log_dir, report_dir)}
     report = reports.build(suite_version=f"{certify.SUITE}+explore", implementation={
         "command": options.command, "migrations": str(options.migrations) if options.migrations else None,
@@ -226,7 +289,12 @@ def explore(options: Options) -> tuple[int, dict]:
         for check in item["checks"]:
             print(f"  {check['name']} (rule: {check['rule']})")
         print(f"  replay: {item['replay']}")
+    for item in hostile_found:
+        print(f"found a hostile {item['op']} call not refused as it must be ({item['field']}: {item['why']}): "
+              f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
+              f"{item['file']}")
     print(f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted cases in "
           f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
-          f"{rate['faulted_per_s']} faulted/s); {len(found)} failure(s); report: {report_dir / 'report.json'}")
-    return (1 if found else 0), report
+          f"{rate['faulted_per_s']} faulted/s); {hostile['inputs']} hostile calls in {hostile['seconds']:.0f}s; "
+          f"{len(found) + len(hostile_found)} failure(s); report: {report_dir / 'report.json'}")
+    return (1 if found or hostile_found else 0), report

@@ -36,15 +36,19 @@ class Profile:
     shrink_s: float = 150.0  # time for shrinking a failure; then the smallest failing program found so far stands
     progress_s: float = 10.0  # a progress line this often
     random_seed: bool = False  # draw the seed (else --seed, default 0: the same programs every run)
+    hostile_examples: int = 150  # hostile calls per run (split over the jobs), sent before the programs
+    hostile_shrink_s: float = 30.0  # time for shrinking a hostile call that was not refused as it must be
+    hostile_sweep: bool = True  # first every tabled hostile call once (scenarios/hostile.py, sweep), split over jobs
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 200 programs, fits a CI job", 200, None,
             shrink_s=45.0),
     Profile("dev", "a fresh seed every run, 200 programs, longer timelines", 200, None, max_steps=10,
-            random_seed=True),
+            random_seed=True, hostile_examples=400),
     Profile("soak", "a fresh seed every run, unattended for an hour, a progress line a minute, stops by itself",
-            None, 3600.0, max_steps=12, progress_s=60.0, shrink_s=300.0, random_seed=True),
+            None, 3600.0, max_steps=12, progress_s=60.0, shrink_s=300.0, random_seed=True, hostile_examples=3000,
+            hostile_shrink_s=120.0),
 )}
 
 
@@ -60,6 +64,8 @@ class Stats:
     failures: int = 0
     shrinks: int = 0
     rejected: int = 0  # programs set aside: a step beside a barrier its pass never reached
+    hostile: int = 0  # hostile calls sent (testhost/hostile.py)
+    hostile_failures: int = 0
     steps_to_failure: int | None = None  # steps run up to and including the first failing program
     examples_to_failure: int | None = None
 

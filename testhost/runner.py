@@ -539,7 +539,7 @@ class CaseRun:
 
     def _fallback_call(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
         from reference import ScheduleClient, WorkStore
-        from reference.adapter import spec_from_json
+        from reference.adapter import run_command
         from reference.problems import Problem
 
         if op == "complete-work":
@@ -551,18 +551,7 @@ class CaseRun:
             if self._fallback_client is None or self._fallback_client.session.broken:
                 self._close_fallbacks()
                 self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S)
-            client = self._fallback_client
-            schedule_id = uuid.UUID(args["schedule_id"])
-            if op == "create":
-                result = client.create(spec_from_json(args["spec"]), schedule_id=schedule_id, command_id=command_id)
-            elif op == "update":
-                result = client.update(schedule_id, spec_from_json(args["spec"]),
-                                       expected_revision=args["expected_revision"], command_id=command_id)
-            elif op == "delete":
-                result = client.delete(schedule_id, expected_revision=args["expected_revision"], command_id=command_id)
-            else:
-                result = client.release_after_recovery(schedule_id, expected_revision=args["expected_revision"],
-                                                       command_id=command_id)
+            result = run_command(self._fallback_client, op, args, command_id)
         if isinstance(result, Problem):
             return Response("fail", problem=result.to_json())
         return Response("ok", value=protocol_json(result.to_json() if hasattr(result, "to_json") else result))
