@@ -76,6 +76,9 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 only = getattr(plugin, "scenarios", None)
                 if not reason and only and scenario.name not in only:
                     reason = f"{name} is planned in {', '.join(only)} only: the same retry in every scenario"
+                if not reason and scenario.faults is not None and name not in scenario.faults:
+                    reason = (f"{scenario.name} plans {', '.join(scenario.faults)} only" if scenario.faults else
+                              f"{scenario.name} plans its fault-free run alone: its point is a fault-free property")
                 if reason:
                     skipped.append(Skipped(scenario.name, b.name, name, reason))
                     continue

@@ -55,6 +55,8 @@ class Scenario:
     source: str = ""
     origin: str = ""  # the file it was read from
     instances: dict[str, Instance] = field(default_factory=dict)  # [instances.LABEL]: scenarios/instances.py
+    # The faults its faulted cases plan (None: every one; empty: the fault-free run alone).
+    faults: tuple[str, ...] | None = None
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -103,11 +105,15 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
     shift = data.get("bridge_clock_shift_s")
     if shift is not None and (isinstance(shift, bool) or not isinstance(shift, (int, float)) or shift <= 0):
         raise ScenarioError(f"{label}: bridge_clock_shift_s must be a positive number of seconds")
+    faults = data.get("faults")
+    if faults is not None and not all(isinstance(f, str) for f in faults):
+        raise ScenarioError(f"{label}: faults must be a list of fault names")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)),
                     bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
-                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin))
+                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin),
+                    faults=tuple(faults) if faults is not None else None)
 
 
 def _load_folder(folder) -> list[Scenario]:
