@@ -60,6 +60,9 @@ RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebi
 ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as accepted_at_utc."
 UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 SCHEMA_VERSION = "Runtime version 4 requires it before Schedule operations run."
+BRIDGE_PROOF = ("A bridge must prove the connection's current_user is the configured runtime role before it sets "
+                "local scope state.")
+BRIDGE_NOT_RETRIABLE = "Access-denied and non-runtime bridge-role failures are not retriable."
 SQLSTATE_RETRY = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
                   "retry only after rollback.")
 
@@ -557,6 +560,22 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("errors.py", 'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "57014", "55P03"}',
               'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "55P03"}'),),
         slice=("*/*/cancel/*",)),
+    Mutant(
+        "bridge-role-unproven", BRIDGE_PROOF,
+        "Neither the runtime session nor a scoped transaction proves current_user: the scope is set for whatever "
+        "login the DSN names, so a role that is only a member of the runtime role, holding its privileges, has its "
+        "decision and Work accepted.",
+        (Edit("db.py", "       case when current_user = %(runtime_role)s\n",
+              "       case when %(runtime_role)s::text is not null\n"),
+         Edit("processor.py", "            if user != self.runtime_role:\n", "            if user is None:\n")),
+        slice=("bridge-role",)),
+    Mutant(
+        "bridge-denial-retriable", BRIDGE_NOT_RETRIABLE,
+        "An access-denied SQLSTATE (42501) and a refused bridge role are taken as transient: the pass retries them "
+        "after rollback, gives up, and answers as after a disconnect.",
+        (Edit("errors.py", "class AccessDenied(DurableError):", "class AccessDenied(RetriableError):"),
+         Edit("errors.py", "class BridgeRoleError(DurableError):", "class BridgeRoleError(RetriableError):")),
+        slice=("bridge-role",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}
