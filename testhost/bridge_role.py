@@ -38,7 +38,8 @@ NOT_RETRIABLE = rule_of(
     "bridge-failure-not-retriable",
     "Access-denied and non-runtime bridge-role failures are not retriable. (A pass with something due, under a "
     "runtime login that is only a member of the runtime role or with EXECUTE on set_local_scope revoked from it, "
-    "answers `fail`, or `unknown` once its claim committed, with `error.retriable` false; never `ok`.)")
+    "answers `fail`, or `unknown` once its claim committed, with `error.retriable` false; never `ok`. It does not "
+    "retry the refused statement either: the server logs at most one such refusal per schedule the pass claimed.)")
 
 _members_made: set[int] = set()
 _lock = threading.Lock()
@@ -71,6 +72,36 @@ def denial_in_effect(conn, denial: str) -> str | None:
     row = conn.execute("select has_function_privilege(%s, 'appsurface_durable.set_local_scope(text)', 'EXECUTE') "
                        "as granted", (RUNTIME,)).fetchone()
     return f"{RUNTIME} still holds {REVOCABLE[denial]}" if row["granted"] else None
+
+
+# What the server logs for each statement a revoked privilege refuses: counted around a pass, it tells a retry of the
+# 42501, which no answer shows (the world's own cluster logs to a file; an outside server's log is not read).
+DENIED_MESSAGE = {"set-local-scope": "permission denied for function set_local_scope"}
+
+
+def log_offset(world) -> int | None:
+    """Where the world's server log ends now (None: the server is not the world's own)."""
+    cluster = getattr(world, "cluster", None)
+    path = getattr(cluster, "log_path", None)
+    try:
+        return path.stat().st_size if path is not None else None
+    except OSError:
+        return None
+
+
+def denials_logged(world, offset: int | None, denial: str) -> int | None:
+    """How many statements the server refused for the revoked privilege since `offset`."""
+    if offset is None:
+        return None
+    with open(world.cluster.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace").count(DENIED_MESSAGE[denial])
+
+
+def claims(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
+    """How many claims committed between the two readings (each moves a lease generation by one)."""
+    was = {r["dispatch_id"]: r["lease_generation"] for r in before["schedule_dispatch"]}
+    return sum(r["lease_generation"] - was.get(r["dispatch_id"], 0) for r in after["schedule_dispatch"])
 
 
 def rows(conn) -> dict[str, list[dict]]:
@@ -118,6 +149,10 @@ def judge(denied: list[dict]) -> list[CheckResult]:
         if d["outcome"] not in ("fail", "unknown") or error.get("retriable") is not False:
             answers.append({**where, "outcome": d["outcome"], "error": d.get("error"), "value": d.get("value"),
                             "expected": "fail, or unknown once the claim committed, with error.retriable false"})
+        if d.get("denied_statements") is not None and d["denied_statements"] > max(d["claims"], 1):
+            answers.append({**where, "denied_statements": d["denied_statements"], "claims": d["claims"],
+                            "expected": "no retry of the access-denied failure: at most one refused statement per "
+                                        "schedule claimed (the server's log)"})
         if d["denial"] == "member" and d["changed"]:
             proven.append({**where, "committed_beyond_the_claim": d["changed"], "outcome": d["outcome"]})
     checks = [CheckResult("bridge-failure-not-retriable", NOT_RETRIABLE, not answers, answers, len(denied))]

@@ -675,6 +675,7 @@ class CaseRun:
                 due = conn.execute("select exists (select 1 from appsurface_durable.schedule_dispatch_timing "
                                    "where claimable_at_utc <= clock_timestamp()) as due").fetchone()["due"]
                 before = bridge_role.rows(conn)
+            offset = bridge_role.log_offset(self.world) if revoked else None
             self._expecting = True
             try:
                 response = self._ask(self.impls[label], "process-due", request)
@@ -682,16 +683,18 @@ class CaseRun:
                 self._expecting = False
             with self.owner() as conn:
                 after = bridge_role.rows(conn)
+            refused = bridge_role.denials_logged(self.world, offset, denial) if revoked else None
         finally:
             if revoked:
                 with self.owner() as conn:
                     bridge_role.set_privilege(conn, denial, granted=True)
         self._record(response, "process-due", label)
-        self.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect)
+        self.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect, denied_statements=refused)
         self.denied_passes.append({"step": step.index + 1, "instance": label, "denial": denial, "due": due,
                                    "not_in_effect": not_in_effect, "outcome": response.outcome,
                                    "error": response.error, "value": response.value,
-                                   "changed": bridge_role.scoped_changes(before, after)})
+                                   "changed": bridge_role.scoped_changes(before, after),
+                                   "claims": bridge_role.claims(before, after), "denied_statements": refused})
 
     def judge_late_writes(self) -> None:
         """Once a paused or stalled processor has finished its step: did it write anything for the schedule the

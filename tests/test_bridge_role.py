@@ -60,6 +60,14 @@ def test_an_ok_a_retriable_answer_or_a_missing_flag_fails_naming_the_sentence():
         assert check.evidence[0]["outcome"] == wrong["outcome"]
 
 
+def test_a_refused_statement_retried_fails_even_when_the_answer_is_right():
+    once = {**_denied("set-local-scope", outcome="unknown"), "denied_statements": 1, "claims": 1}
+    assert bridge_role.judge([once])[0].ok
+    assert bridge_role.judge([{**once, "denied_statements": None}])[0].ok  # an outside server's log is not read
+    retried = bridge_role.judge([{**once, "denied_statements": 2}])[0]
+    assert not retried.ok and retried.evidence[0]["denied_statements"] == 2
+
+
 def test_scoped_facts_committed_under_a_member_login_fail_the_proof():
     changed = {"work_items": {"added": [{"work_id": "w"}], "removed": []}}
     check = _by_name(bridge_role.judge([_denied(outcome="fail", changed=changed)]))["bridge-role-proven"]
@@ -152,7 +160,9 @@ def test_the_reference_refuses_before_it_claims_then_answers_unknown_after_a_cla
     assert checks["bridge-failure-not-retriable"].ok and checks["bridge-failure-not-retriable"].rows == 2
     # The member login is refused before its claim (a clean fail); the revoked grant after the claim committed.
     assert _answers(outcome) == [("B", "fail", False), ("A", "unknown", False), ("A", "ok", None)]
-    assert [e["not_in_effect"] for e in outcome.timeline if e["event"] == "denied-pass"] == [None, None]
+    denied = [e for e in outcome.timeline if e["event"] == "denied-pass"]
+    assert [e["not_in_effect"] for e in denied] == [None, None]
+    assert [e["denied_statements"] for e in denied] == [None, 1]  # the 42501 was not retried
 
 
 def test_the_go_example_claims_first_and_answers_unknown_both_times(world, tmp_path):
@@ -160,6 +170,7 @@ def test_the_go_example_claims_first_and_answers_unknown_both_times(world, tmp_p
     assert outcome.verdict == "pass", outcome.reason
     assert _answers(outcome) == [("B", "unknown", False), ("A", "unknown", False), ("A", "ok", None)]
     assert checks["bridge-role-proven"].ok and checks["outcome-honesty"].ok
+    assert [e["denied_statements"] for e in outcome.timeline if e["event"] == "denied-pass"] == [None, 1]
 
 
 def test_a_bridge_that_does_not_prove_current_user_is_caught(world, tmp_path):
@@ -173,10 +184,13 @@ def test_a_bridge_that_does_not_prove_current_user_is_caught(world, tmp_path):
 def test_a_denial_taken_as_transient_is_caught(world, tmp_path):
     outcome, checks = _run(world, tmp_path, _command("mutants bridge-denial-retriable"))
     assert outcome.verdict == "fail" and outcome.reason == "bridge-failure-not-retriable"
-    answers = [(e["outcome"], (e["error"] or {}).get("retriable")) for e in checks["bridge-failure-not-retriable"].evidence]
+    answers = [(e["outcome"], (e["error"] or {}).get("retriable")) for e in checks["bridge-failure-not-retriable"].evidence
+               if "outcome" in e]
     # The member login is refused as the processor starts, retriable; the revoked grant is retried after each
     # rollback, given up, and the pass answers as after a disconnect.
     assert answers == [("fail", True), ("ok", None)]
+    [retried] = [e for e in checks["bridge-failure-not-retriable"].evidence if "denied_statements" in e]
+    assert retried["denied_statements"] == 3 and retried["claims"] == 1  # the reference's bound of three attempts
     assert checks["bridge-role-proven"].ok
 
 
