@@ -69,6 +69,11 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 skipped.append(Skipped(scenario.name, b.name, any_fault,
                                        f"the fault-free run of {scenario.name} never reaches {b.name}"))
                 continue
+            if scenario.fault_free:
+                skipped.append(Skipped(scenario.name, b.name, any_fault,
+                                       f"{scenario.name} is fault-free only (`fault_free = true`): its point is a "
+                                       f"fault-free property, and {b.name}'s faults are planned in other scenarios"))
+                continue
             for name, plugin in faults.items():
                 if not matches(name, fault):
                     continue
@@ -76,9 +81,6 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                 only = getattr(plugin, "scenarios", None)
                 if not reason and only and scenario.name not in only:
                     reason = f"{name} is planned in {', '.join(only)} only: the same retry in every scenario"
-                if not reason and scenario.faults is not None and name not in scenario.faults:
-                    reason = (f"{scenario.name} plans {', '.join(scenario.faults)} only" if scenario.faults else
-                              f"{scenario.name} plans its fault-free run alone: its point is a fault-free property")
                 if reason:
                     skipped.append(Skipped(scenario.name, b.name, name, reason))
                     continue

@@ -55,8 +55,7 @@ class Scenario:
     source: str = ""
     origin: str = ""  # the file it was read from
     instances: dict[str, Instance] = field(default_factory=dict)  # [instances.LABEL]: scenarios/instances.py
-    # The faults its faulted cases plan (None: every one; empty: the fault-free run alone).
-    faults: tuple[str, ...] | None = None
+    fault_free: bool = False  # the matrix plans its fault-free run only (scenarios/matrix.py)
 
     def schedule_id(self, name: str) -> uuid.UUID:
         return uuid.uuid5(SCHEDULE_NAMESPACE, f"{self.name}/{name}")
@@ -105,15 +104,12 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
     shift = data.get("bridge_clock_shift_s")
     if shift is not None and (isinstance(shift, bool) or not isinstance(shift, (int, float)) or shift <= 0):
         raise ScenarioError(f"{label}: bridge_clock_shift_s must be a positive number of seconds")
-    faults = data.get("faults")
-    if faults is not None and not all(isinstance(f, str) for f in faults):
-        raise ScenarioError(f"{label}: faults must be a list of fault names")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)),
                     bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
                     origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin),
-                    faults=tuple(faults) if faults is not None else None)
+                    fault_free=data.get("fault_free", False))
 
 
 def _load_folder(folder) -> list[Scenario]:

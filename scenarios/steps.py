@@ -1051,6 +1051,8 @@ SCENARIO_FIELDS = (
     Field("lease_seconds", (int, float), "the lease every pass asks for (default 2); recovery moves the clock "
           "by this plus one second"),
     Field("equivalence", (bool,), "false: the faulted runs are not compared with the fault-free run"),
+    Field("fault_free", (bool,), "true: the matrix plans no faulted case of the scenario, only its fault-free run "
+          "(what it shows is a fault-free property, and every barrier's faults are planned in other scenarios)"),
     Field("bridge_clock_shift_s", (int, float), "move the server clock by this many seconds inside a bridge "
           "transaction (the host holds the dispatch row after a committed decision until the bridge waits for it), "
           "to show that Work samples its own clock"),
@@ -1060,8 +1062,6 @@ SCENARIO_FIELDS = (
           "`runtime_login = \"member\"`: that copy's CRASHPROOF_RUNTIME_DSN logs in as a role that is only a member "
           "of the runtime role, so every `process` step it runs must be refused by the bridge's proof of "
           "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it"),
-    Field("faults", (list,), "the faults its cases plan (names of barriers/PROTOCOL.md's *Faults*; default every "
-          "one); `[]` plans its fault-free run alone, for a scenario whose point is a fault-free property"),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )
