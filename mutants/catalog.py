@@ -217,7 +217,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "                if not retry_unknown or remaining == 0:\n"
               "                    raise\n",
               "            except CommitOutcomeUnknown as exc:\n"
-              "                raise IdempotencyConflict(f\"taken for a rollback: {exc}\") from exc\n"),),
+              "                raise IdempotencyConflict(f\"taken for a rollback: {exc}\") from exc\n"),
+         # ... and answered as a definite failure, not as a pass that committed its claim first.
+         Edit("processor.py",
+              "            except DurableError as exc:\n                # Access denied, a bridge role refused",
+              "            except IdempotencyConflict:\n                raise\n"
+              "            except DurableError as exc:\n                # Access denied, a bridge role refused")),
         slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",
                "at-single/schedule-claim-before-commit/lost-commit-reply/*")),
     Mutant(
