@@ -58,6 +58,7 @@ PROBLEM_RESULTS = "Schedule API validation and domain conflicts return durable p
 RELEASE_ADMITTED = "Recovery release applies only to admitted stale-runtime-epoch fences."
 RELEASE_REBINDS = "An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope generation"
 ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as accepted_at_utc."
+CRASH_SURVIVES = "What was committed before the crash stays."
 UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 SCHEMA_VERSION = "Runtime version 4 requires it before Schedule operations run."
 BRIDGE_PROOF = ("A bridge must prove the connection's current_user is the configured runtime role before it sets "
@@ -565,6 +566,14 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("errors.py", 'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "57014", "55P03"}',
               'RETRIABLE_CODES = {"57P01", "57P02", "57P03", "55P03"}'),),
         slice=("*/*/cancel/*",)),
+    Mutant(
+        "asynchronous-commit", CRASH_SURVIVES,
+        "Every session of the processor commits asynchronously (synchronous_commit off), as a tuning for throughput "
+        "would: COMMIT returns before its WAL is flushed, so a server crash right after it loses a fact the pass "
+        "already reported, and a retry may decide again what was decided.",
+        (Edit("db.py", 'GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"',
+              'GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c synchronous_commit=off"'),),
+        slice=("at-single/*-after-commit/db-crash/*",)),
     Mutant(
         "bridge-role-unproven", BRIDGE_PROOF,
         "Neither the runtime session nor a scoped transaction proves current_user: the scope is set for whatever "

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from barriers import CATALOG
 
-from .model import Scenario
+from .model import Scenario, is_builtin
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,9 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                     continue
                 reason = plugin.applies(b)
                 only = getattr(plugin, "scenarios", None)
-                if not reason and only and scenario.name not in only:
-                    reason = f"{name} is planned in {', '.join(only)} only: the same retry in every scenario"
+                if not reason and only and scenario.name not in only and (
+                        not getattr(plugin, "builtin_only", False) or is_builtin(scenario)):
+                    reason = f"{name} is planned in {', '.join(only)} only: {plugin.scenarios_because}"
                 if reason:
                     skipped.append(Skipped(scenario.name, b.name, name, reason))
                     continue

@@ -112,6 +112,13 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
                     fault_free=data.get("fault_free", False))
 
 
+def is_builtin(scenario: Scenario) -> bool:
+    """Whether the scenario was read from the built-in catalog (not a team's own file, nor a generated program)."""
+    if not scenario.origin:
+        return False
+    return Path(scenario.origin).parent == Path(str(resources.files("scenarios").joinpath("catalog")))
+
+
 def _load_folder(folder) -> list[Scenario]:
     found = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):

@@ -672,6 +672,26 @@ def stall_took_over(details: dict) -> CheckResult | None:
     return CheckResult("stall-took-over", STALL_TOOK_OVER, not evidence, [{**e, **{"stall": stall}} for e in evidence], 1)
 
 
+CRASH_DURABILITY = rule_of(
+    "committed-survives-crash",
+    "What was committed before the crash stays. (db-crash: every row of the protocol's tables the host read just "
+    "before PostgreSQL was killed, while you waited at the barrier, is there after the restart, unchanged, and no "
+    "row is new: a commit made asynchronously, synchronous_commit off, is lost here. Not compared while another "
+    "processor runs beside the crashed one.)")
+
+
+def crash_durability(details: dict) -> CheckResult | None:
+    """Whether every committed row survived the db-crash (None: the fault was not a db-crash)."""
+    durability = details.get("crash_durability")
+    if durability is None:
+        return None
+    if "not_compared" in durability:
+        return CheckResult("committed-survives-crash", CRASH_DURABILITY, True, [durability], 0)
+    changed = durability["changed"]
+    evidence = [{"table": table, **rows} for table, rows in changed.items()]
+    return CheckResult("committed-survives-crash", CRASH_DURABILITY, not evidence, evidence, durability["rows"])
+
+
 OUTCOME_HONESTY = rule_of("outcome-honesty", "`fail` tells the host nothing was applied: an operation answers `fail` "
                           "only when none of its transactions committed. (Seen by the verifier: an after-commit barrier "
                           "the implementation reported while the request ran, or the server's fate `committed` of the "

@@ -203,18 +203,58 @@ class LostCommitReply:
         injection.details["connection_kept_past_deadline_s"] = round(time.monotonic() - held_from, 3)
 
 
+# Where db-crash is planned. What a crash adds to a kill or a cut at the same barrier is the server's side: every
+# commit made before it must be durable (no asynchronous commit), and every session, lock and prepared statement is
+# gone while your process lives on. Both belong to the barrier's transaction kind, not to the timeline around it,
+# so the crash is planned at every barrier and hit of these scenarios, which together meet every transaction kind in
+# every situation the catalog builds: a single At, an Every with Work callbacks, a held slot, coalescing, a crash in
+# the middle of a pass over several schedules, two processors racing, a link conflict, a superseded generation, a
+# delete with a pending occurrence and a fenced epoch. Everywhere else a db-crash case cost what a kill and a
+# disconnect there cost together (a restart, every session of the world made again) for the same two paths: with
+# it in every scenario it took 30% of the matrix's CPU (docs/crash-matrix.md, "Where db-crash is planned").
+DB_CRASH_SCENARIOS = ("at-single", "every-anchored", "held-slot", "coalesce-terminal-callback",
+                      "max-schedules-crash-middle", "two-processors-race", "link-conflict",
+                      "generation-update-supersedes", "delete-with-pending", "epoch-release")
+
+
 class DbCrash:
     name, needs = "db-crash", (DB_CRASH,)
-    summary = "PostgreSQL is killed (postmaster and every backend) and restarted on the same data directory"
-    expects = "reconnect and retry after rollback (bounded), or answer; what was committed before the crash stays"
+    summary = ("PostgreSQL is killed (postmaster and every backend) and restarted on the same data directory; the "
+               "built-in catalog plans it at every barrier and hit of " + ", ".join(f"`{s}`" for s in DB_CRASH_SCENARIOS)
+               + ", which meet every transaction kind in every situation it builds; your own scenarios and explore's "
+                 "programs get it in every scenario")
+    expects = ("reconnect and retry after rollback (bounded), or answer; what was committed before the crash stays: "
+               "every row the host read just before it is there after the restart, unchanged "
+               "(`committed-survives-crash`; an asynchronous commit is lost here)")
+    scenarios = DB_CRASH_SCENARIOS
+    scenarios_because = ("what a crash adds to a kill or a cut there, durable commits and a server that forgot your "
+                         "sessions, belongs to the barrier's transaction kind, and these meet every kind in every "
+                         "situation the catalog builds")
+    builtin_only = True  # a team's own scenarios and explore's programs get the crash at every barrier
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
 
     def inject(self, run, impl, barrier, injection):
         injection.open_xid = open_write_xid(run, barrier, injection)
+        # With a racer running, a row may change between the read and the crash legitimately: not compared.
+        before = None if run.concurrent else _protocol_rows(run)
         run.world.cluster.crash()
         run.world.cluster.restart()
+        injection.details["crash_durability"] = (
+            {"not_compared": "another processor was running beside the crashed one"} if before is None
+            else {"rows": sum(len(r) for r in before.values()), "changed": _rows_changed(before, _protocol_rows(run))})
+
+
+def _protocol_rows(run) -> dict[str, set[str]]:
+    from .commands import rows
+    with run.owner() as conn:
+        return rows(conn)
+
+
+def _rows_changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict:
+    from .commands import changed
+    return changed(before, after)
 
 
 class Pause:
@@ -349,6 +389,7 @@ class Cancel:
     # hits cover it, two cases.
     first_hit_only = "a later hit cancels the same statement of the same transaction kind; the first covers it"
     scenarios = ("at-single",)
+    scenarios_because = "the same retry in every scenario"
     NEXT = {"schedule-claim-after-commit": "the decision", "schedule-decision-after-commit": "the bridge"}
     summary = ("at `schedule-claim-after-commit` and `schedule-decision-after-commit` (first hits, scenario "
                "`at-single`): the host locks the schedule's dispatch row FOR UPDATE, replies, waits until your next "

@@ -23,7 +23,7 @@ from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_deni
 from . import bridge_role, skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
-from .checks import (cancel_retried, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
+from .checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
                      definition_revision,
@@ -1136,7 +1136,9 @@ class CaseRun:
                 for thread in getattr(self, "fault_threads", []):
                     thread.join()
                 cancel_check = cancel_retried(self.injection.details, self.answers) if fired else None
-                checks += [c for c in (fate_check, deadline_check, stall_check, cancel_check) if c is not None]
+                durability_check = crash_durability(self.injection.details) if fired else None
+                checks += [c for c in (fate_check, deadline_check, stall_check, cancel_check, durability_check)
+                           if c is not None]
             checks += [c for c in judges if c.name == "crash-equivalence"]
             outcome.checks, outcome.picture, outcome.model_picture = checks, picture, predicted
             failed = [c.name for c in checks if not c.ok]
