@@ -41,21 +41,21 @@ NOT_RETRIABLE = rule_of(
     "answers `fail`, or `unknown` once its claim committed, with `error.retriable` false; never `ok`. It does not "
     "retry the refused statement either: the server logs at most one such refusal per schedule the pass claimed.)")
 
-_members_made: set[int] = set()
 _lock = threading.Lock()
 
 
 def ensure_member(world) -> None:
-    """The member-only login role on the world's cluster (once per world; its databases grant CONNECT to the
-    runtime role, which the member inherits)."""
-    with _lock:
-        if id(world) in _members_made:
-            return
-        with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
-            if not conn.execute("select 1 from pg_roles where rolname = %s", (MEMBER,)).fetchone():
-                conn.execute(sql.SQL("create role {} login inherit nobypassrls").format(sql.Identifier(MEMBER)))
+    """The member-only login role on the world's cluster, made when first needed (its databases grant CONNECT to
+    the runtime role, which the member inherits). Looked up at every start: a world's cluster may be new."""
+    with _lock, psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
+        made, member = conn.execute(
+            "select exists (select 1 from pg_roles where rolname = %(m)s), exists (select 1 from pg_auth_members a "
+            "join pg_roles r on r.oid = a.roleid join pg_roles m on m.oid = a.member "
+            "where r.rolname = %(r)s and m.rolname = %(m)s)", {"m": MEMBER, "r": RUNTIME}).fetchone()
+        if not made:
+            conn.execute(sql.SQL("create role {} login inherit nobypassrls").format(sql.Identifier(MEMBER)))
+        if not member:
             conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(RUNTIME), sql.Identifier(MEMBER)))
-        _members_made.add(id(world))
 
 
 def set_privilege(conn, name: str, *, granted: bool) -> None:
@@ -139,6 +139,9 @@ def judge(denied: list[dict]) -> list[CheckResult]:
     if not denied:
         return []
     proven, answers = [], []
+    denied = [d for d in denied if not d.get("faulted")]  # a fault's answer is not the refusal's
+    if not denied:
+        return []
     for d in denied:
         where = {"step": d["step"], "instance": d["instance"], "denial": d["denial"]}
         vacuous = d["not_in_effect"] or (None if d["due"] else "nothing was due: no bridge had anything to refuse")

@@ -676,6 +676,7 @@ class CaseRun:
                                    "where claimable_at_utc <= clock_timestamp()) as due").fetchone()["due"]
                 before = bridge_role.rows(conn)
             offset = bridge_role.log_offset(self.world) if revoked else None
+            fired_before = self.injection is not None
             self._expecting = True
             try:
                 response = self._ask(self.impls[label], "process-due", request)
@@ -694,7 +695,8 @@ class CaseRun:
                                    "not_in_effect": not_in_effect, "outcome": response.outcome,
                                    "error": response.error, "value": response.value,
                                    "changed": bridge_role.scoped_changes(before, after),
-                                   "claims": bridge_role.claims(before, after), "denied_statements": refused})
+                                   "claims": bridge_role.claims(before, after), "denied_statements": refused,
+                                   "faulted": not fired_before and self.injection is not None})
 
     def judge_late_writes(self) -> None:
         """Once a paused or stalled processor has finished its step: did it write anything for the schedule the

@@ -68,6 +68,10 @@ def test_a_refused_statement_retried_fails_even_when_the_answer_is_right():
     assert not retried.ok and retried.evidence[0]["denied_statements"] == 2
 
 
+def test_a_refused_pass_a_fault_fired_in_is_not_judged():
+    assert bridge_role.judge([{**_denied(outcome="unknown", retriable=None), "faulted": True}]) == []
+
+
 def test_scoped_facts_committed_under_a_member_login_fail_the_proof():
     changed = {"work_items": {"added": [{"work_id": "w"}], "removed": []}}
     check = _by_name(bridge_role.judge([_denied(outcome="fail", changed=changed)]))["bridge-role-proven"]
@@ -234,3 +238,19 @@ def test_a_store_whose_grant_did_not_come_back_is_not_reused(world):
             reset_store(store, snapshot)
     finally:
         store.drop()
+
+
+def test_a_refused_pass_a_fault_interrupts_is_not_judged_and_the_case_recovers(world, tmp_path):
+    text = (ROOT / "scenarios" / "catalog" / "bridge-role.toml").read_text().replace("fault_free = true", "")
+    scenario = parse("bridge-role-faulted", text)
+    command = _command("reference.adapter")
+    baseline = run_case(world, scenario, CasePlan(scenario.name), command, tmp_path)
+    assert baseline.verdict == "pass", baseline.reason
+    # The reference's first claim is the revoked pass's (the member login is refused before it claims).
+    plan = CasePlan(scenario.name, "schedule-claim-after-commit", "kill", 1)
+    outcome = run_case(world, scenario, plan, command, tmp_path, baseline.baseline)
+    assert outcome.verdict == "pass", outcome.reason
+    denied = [e for e in outcome.timeline if e["event"] == "denied-pass"]
+    assert [e["denial"] for e in denied] == ["member", "set-local-scope"]
+    checks = {c.name: c for c in outcome.checks}
+    assert checks["planned-fault-fired"].ok and checks["bridge-failure-not-retriable"].rows == 1  # the member's only
