@@ -194,7 +194,9 @@ MESSAGES = (
             '{"type": "barrier", "name": "schedule-decision-before-commit", "context": {"schedule_id": "6f1c..."}}'),
     Message("barrier-reply", "host → implementation", "go on from the barrier (the host may have injected a fault "
             "first, or may kill the process instead of replying)",
-            (Field("action", "string", True, "`continue`"),),
+            (Field("action", "string", True, "`continue`, or `cancel-pass`: go on from the barrier with the pass's "
+                   "cancellation signalled now, as a caller's CancellationToken firing at that moment (sent only to a "
+                   "barrier of `process-due`; every implementation must honour it, see *Answers*)"),),
             '{"type": "barrier-reply", "action": "continue"}'),
     Message("shutdown", "host → implementation", "exit cleanly", (), '{"type": "shutdown"}'),
 )
@@ -489,6 +491,19 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
+        "A pass is also cancelled in flight: the host answers one of its barriers (`schedule-claim-after-commit` or "
+        "`schedule-decision-after-commit`, scenario step `cancel_at`) with the barrier-reply action `cancel-pass` "
+        "instead of `continue`. Honouring it is mandatory, like `cancel_after`: go on from that barrier, finish the "
+        "lease in hand (its decision and, when the decision opened the slot, its bridge, whose commit releases the "
+        "lease), start no other lease, and answer `ok` with the counts of what the pass did. Cancellation does not "
+        "roll back a committed Schedule fact: what the pass had committed for that schedule when the cancel came "
+        "(its occurrences with their ranges, the cursor, its history and Work rows) is all still there when it "
+        "answers and at the end; nothing compensates for it (`cancel-keeps-committed`, which the verifier judges on "
+        "the schedule's rows read while you wait for that reply, again once you answered, and at the end of the "
+        "case; `pass-bounded` holds the pass to the leases it had claimed when the cancel came; "
+        "`pass-leaves-no-lease`). A planned cancel whose barrier is never reached fails the case, unless a fault "
+        "stopped the pass before it. An implementation that ignores the action goes on to the next lease and fails "
+        "`pass-bounded`.",
         "A pass claims at most `maximum_schedules` dispatch rows, and at most `cancel_after` when it is cancelled "
         "after that many: the host counts the lease generations that moved while the request ran (racing "
         "requests against their sum; not where a `lost-commit-reply` or `pause` fault fired) (`pass-bounded`). "

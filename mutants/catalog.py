@@ -61,6 +61,7 @@ ONE_ACCEPTANCE = "It is persisted on the command and immutable generation as acc
 CRASH_SURVIVES = "What was committed before the crash stays."
 UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 SCHEMA_VERSION = "Runtime version 4 requires it before Schedule operations run."
+CANCEL_KEEPS = "Cancellation does not roll back a committed Schedule fact."
 BRIDGE_PROOF = ("A bridge must prove the connection's current_user is the configured runtime role before it sets "
                 "local scope state.")
 BRIDGE_NOT_RETRIABLE = "Access-denied and non-runtime bridge-role failures are not retriable."
@@ -574,6 +575,30 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("db.py", 'GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"',
               'GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c synchronous_commit=off"'),),
         slice=("at-single/*-after-commit/db-crash/*",)),
+    Mutant(
+        "cancel-compensates", CANCEL_KEEPS,
+        "A pass cancelled right after a committed decision (barrier-reply `cancel-pass`) undoes it: a compensating "
+        "transaction supersedes the occurrence the decision opened and releases the lease, and no bridge runs.",
+        (Edit("processor.py", "        counts = ProcessCounts()\n        owner = ",
+              "        counts = ProcessCounts()\n        self._cancel = cancel\n        owner = "),
+         Edit("processor.py",
+              '        barriers.hit("schedule-decision-after-commit", **context)\n        if not bridge:\n',
+              '        barriers.hit("schedule-decision-after-commit", **context)\n'
+              '        if self._cancel is not None and self._cancel._event.is_set():\n'
+              '            with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:\n'
+              '                s.defer(query("schedule", "supersede_pending"),\n'
+              '                        {"schedule_id": claim.schedule_id, "keep_generation": None})\n'
+              '                self._release(s, self._load(s, claim).dispatch, None)\n'
+              '            return\n'
+              '        if not bridge:\n')),
+        slice=("cancel-after-decision",)),
+    Mutant(
+        "cancel-pass-ignored", CANCEL_LEASE,
+        "The adapter takes a barrier-reply `cancel-pass` for `continue`: a pass cancelled in flight goes on and "
+        "starts the next lease.",
+        (Edit("adapter.py", '        if reply.get("action") == "cancel-pass" and self._pass_token is not None:\n',
+              '        if False:\n'),),
+        slice=("cancel-after-decision",)),
     Mutant(
         "bridge-role-unproven", BRIDGE_PROOF,
         "Neither the runtime session nor a scoped transaction proves current_user: the scope is set for whatever "

@@ -56,14 +56,15 @@ class _CancelledAfter(CancellationToken):
 
     @property
     def cancelled(self) -> bool:
-        if self._left <= 0:
+        if super().cancelled or self._left <= 0:
             return True
         self._left -= 1
         return False
 
 
-def _cancel_after(n: int | None) -> CancellationToken | None:
-    return None if n is None else _CancelledAfter(n)
+def _cancel_after(n: int | None) -> CancellationToken:
+    """The pass's token: after n schedules when asked, and whenever a barrier-reply says `cancel-pass`."""
+    return CancellationToken() if n is None else _CancelledAfter(n)
 
 
 class Adapter:
@@ -78,6 +79,7 @@ class Adapter:
         self._client: ScheduleClient | None = None
         self._processor: ScheduleProcessor | None = None
         self._work: WorkStore | None = None
+        self._pass_token: CancellationToken | None = None  # the pass in flight's, for a `cancel-pass` reply
         if env.get("CRASHPROOF_BARRIERS") == "stdio":
             barriers.enable(self._barrier)
 
@@ -94,6 +96,8 @@ class Adapter:
         reply = json.loads(line)
         if reply.get("type") != "barrier-reply":
             raise SystemExit(f"expected a barrier-reply, got {reply!r}")
+        if reply.get("action") == "cancel-pass" and self._pass_token is not None:
+            self._pass_token.cancel()  # as a caller's CancellationToken firing now: seen before the next lease
 
     # The client and the Work store borrow the processor's runtime session: one adapter, one runtime
     # connection, used by one request at a time. A broken one is replaced on the next use.
@@ -117,10 +121,7 @@ class Adapter:
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "process-due": lambda a: self.processor.process_due(ProcessRequest(
-                maximum_schedules=a.get("maximum_schedules", 1),
-                lease_duration=timedelta(seconds=a.get("lease_seconds", 30)),
-                lease_owner=a.get("lease_owner")), _cancel_after(a.get("cancel_after"))).to_json(),
+            "process-due": self._process_due,
             "create": lambda a: self.client.create(
                 spec_from_json(a["spec"]), schedule_id=uuid.UUID(a["schedule_id"]) if a.get("schedule_id") else None,
                 command_id=uuid.UUID(a["command_id"]) if a.get("command_id") else None),
@@ -135,6 +136,16 @@ class Adapter:
         if op not in handlers:
             raise KeyError(op)
         return handlers[op](args)
+
+    def _process_due(self, a: dict[str, Any]) -> dict:
+        self._pass_token = _cancel_after(a.get("cancel_after"))
+        try:
+            return self.processor.process_due(ProcessRequest(
+                maximum_schedules=a.get("maximum_schedules", 1),
+                lease_duration=timedelta(seconds=a.get("lease_seconds", 30)),
+                lease_owner=a.get("lease_owner")), self._pass_token).to_json()
+        finally:
+            self._pass_token = None
 
     def respond(self, request: dict[str, Any]) -> dict[str, Any]:
         request_id = request.get("id")

@@ -83,6 +83,14 @@ LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass clai
                     "implementation's own)")
 MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass (default 1)")
 CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many leases (before the next one)")
+# Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): after a commit of a schedule's
+# lease or decision, which every claimed schedule reaches once, so hit N is the N-th lease and the model's pass stops
+# after it (docs/protocol-notes.md, 34b).
+CANCEL_BARRIERS = ("schedule-claim-after-commit", "schedule-decision-after-commit")
+CANCEL_AT = Field("cancel_at", (dict,), "cancel the pass while it runs: the host answers the barrier `barrier` "
+                  "(one of " + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + ") at its hit `hit` in this pass "
+                  "(default 1) with `cancel-pass` instead of `continue`; the pass finishes that lease, starts no "
+                  "other, and keeps what it committed (barriers/PROTOCOL.md, barrier-reply)")
 # Where a step may run beside a held pass: before the decision commits, so the step comes wholly before the pass's
 # effects or wholly after them (a barrier after the decision's commit would split the pass in two for the model).
 BESIDE_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit")
@@ -506,6 +514,8 @@ class Pass(StepKind):
     def validate(self, args, context):
         if args.get("expect") == "any":
             raise StepError("expect = \"any\" is for client steps; a pass expects ok or fail")
+        if "cancel_at" in args:
+            check_cancel_at(args)
         if "during" in args:
             during = args["during"]
             allowed_barriers = BESIDE_BARRIERS + (BESIDE_AFTER_DECISION if during.get("op") == "complete-work" else ())
@@ -525,9 +535,9 @@ class Pass(StepKind):
                 check_fields(kind, {k: v for k, v in inner.items() if k != "op"}, context)
             except StepError as exc:
                 raise StepError(f"during: {exc}") from None
-        if "revoke" in args and ("during" in args or "expect" in args):
-            raise StepError("a pass with a revoked grant is judged by the bridge-role checks: it takes no during "
-                            "or expect")
+        if "revoke" in args and ("during" in args or "expect" in args or "cancel_at" in args):
+            raise StepError("a pass with a revoked grant is judged by the bridge-role checks: it takes no during, "
+                            "expect or cancel_at")
 
     def run(self, case, step):
         args = step.args
@@ -540,8 +550,7 @@ class Pass(StepKind):
         case.run_pass(step, labels, request)
 
     def claims(self, step):
-        args = step.args
-        return min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30)) * len(self.labels(step))
+        return pass_limit(step.args) * len(self.labels(step))
 
     def replay(self, replay, step, skip):
         """The pass; a step beside its held barrier in the order the spec allows every implementation (it waited
@@ -583,7 +592,7 @@ class Process(Pass):
     op = "process"
     summary = "One bounded process-due pass of one processor (copy A unless `processor` names another)."
     fields = (MAXIMUM, Field("processor", (str,), "which copy of the implementation runs the pass (default A)"),
-              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, REVOKE)
+              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE)
     example = '''description = "Two due schedules, one bounded pass each."
 [[steps]]
 op = "create"
@@ -984,6 +993,34 @@ def check_step(raw: dict[str, Any], context: Context) -> tuple[str, dict[str, An
     args = {k: v for k, v in raw.items() if k != "op"}
     check_fields(STEPS[op], args, context)
     return op, args
+
+
+def check_cancel_at(args: dict[str, Any]) -> None:
+    """A pass's `cancel_at`: a barrier after a lease's or decision's commit, at a hit the pass can reach."""
+    cancel = args["cancel_at"]
+    unknown = sorted(set(cancel) - {"barrier", "hit"})
+    if unknown:
+        raise StepError(f"cancel_at takes no {', '.join(unknown)} (it takes barrier, hit)")
+    if cancel.get("barrier") not in CANCEL_BARRIERS:
+        raise StepError(f"cancel_at.barrier must be one of {', '.join(CANCEL_BARRIERS)} (a barrier every claimed "
+                        f"schedule reaches once, after a commit)")
+    hit = cancel.get("hit", 1)
+    if not isinstance(hit, int) or isinstance(hit, bool) or hit < 1:
+        raise StepError("cancel_at.hit must be a whole number from 1")
+    if hit > args.get("maximum_schedules", 1):
+        raise StepError(f"cancel_at.hit {hit} lies beyond the pass's maximum_schedules "
+                        f"({args.get('maximum_schedules', 1)}): the barrier would never be reached")
+    for other in ("during", "expect"):
+        if other in args:
+            raise StepError(f"cancel_at does not go with {other}")
+
+
+def pass_limit(args: dict[str, Any]) -> int:
+    """The leases one pass may take: its maximum, cut by `cancel_after` and by a `cancel_at` hit."""
+    limit = min(args.get("maximum_schedules", 1), args.get("cancel_after", 1 << 30))
+    if "cancel_at" in args:
+        limit = min(limit, args["cancel_at"].get("hit", 1))
+    return limit
 
 
 def during_step(step: "Step") -> tuple[str, int, "Step"] | None:

@@ -141,6 +141,10 @@ class BarrierFacts:
         elif pair in BRACKETS:
             self._bracket(BRACKETS[pair], pair, schedule_id, previous["facts"], facts)
 
+    def read(self, run: "CaseRun", schedule_id: str) -> dict:
+        """A schedule's facts now, on the barrier reader (for a read outside `at_barrier`: a cancelled pass's)."""
+        return self._read(run, schedule_id, False)[0]
+
     def _read(self, run: "CaseRun", schedule_id: str, sessions: bool) -> tuple[dict, list | None]:
         """On the store's barrier reader, not the verifier's session: racers' barriers arrive on two threads at once,
         and the verifier's is shared by threads that do not lock it. Read again once when a crash ended it."""
@@ -258,3 +262,8 @@ def changes(before: dict, after: dict) -> list[dict]:
             if old != row:
                 found.append({"table": table, "key": key, "xmin": row["xmin"], "was": old, "now": row})
     return found
+
+
+# A pass cancelled in flight (barrier-reply `cancel-pass`) is judged in a module of its own that reads facts as this one
+# does; imported here, last, so its rule follows these in CHECKS whichever module is imported first.
+from . import cancel_pass  # noqa: E402,F401

@@ -1002,8 +1002,9 @@ BOUNDED_PASS = rule_of(
     "Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at most "
     "MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes cancellation "
     "before starting the next lease. (A `process-due` request claims at most `maximum_schedules` dispatch rows, "
-    "and at most `cancel_after` when it is cancelled after that many: seen as the lease generations that moved "
-    "while it ran; racing requests are held to their sum.)")
+    "and at most `cancel_after` when it is cancelled after that many, or as many as it had claimed when the host "
+    "answered a barrier `cancel-pass`: seen as the lease generations that moved while it ran; racing requests are "
+    "held to their sum.)")
 
 
 def _limit(request: dict) -> int:
@@ -1021,6 +1022,8 @@ def pass_bounded(windows: list[dict]) -> CheckResult:
         rows += 1
         claimed = window["after"]["claimed"] - window["before"]["claimed"]
         allowed = sum(_limit(r) for r in window.get("requests", [{}]))
+        if "cancelled_after_claims" in window:  # a `cancel-pass` reply: no lease after those already taken
+            allowed = min(allowed, window["cancelled_after_claims"])
         if claimed > allowed:
             evidence.append({"during": window["during"], "claims_committed": claimed, "allowed": allowed,
                              "requests": window.get("requests"), "answers": window["answers"]})

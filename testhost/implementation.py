@@ -124,7 +124,7 @@ class Response:
         return cls(outcome, message.get("value"), message.get("problem"), message.get("error"))
 
 
-BarrierHandler = Callable[["Implementation", str, dict], None]
+BarrierHandler = Callable[["Implementation", str, dict], "str | None"]  # the reply's action, None: continue
 
 
 @dataclass(eq=False)
@@ -337,9 +337,10 @@ class Implementation:
                 name = message.get("name")
                 if name not in BY_NAME:
                     raise AdapterProtocolError(f"barrier {name!r} is not in the catalog")
-                self.on_barrier(self, name, message.get("context") or {})
+                # The handler may answer with another action than `continue` (a pass's `cancel-pass`).
+                action = self.on_barrier(self, name, message.get("context") or {})
                 if self.alive:
-                    self.send({"type": "barrier-reply", "action": "continue"})
+                    self.send({"type": "barrier-reply", "action": action or "continue"})
                 continue
             if kind != "response":
                 raise AdapterProtocolError(f"unexpected message type {kind!r} while waiting for the response to {op}")

@@ -18,11 +18,12 @@ from typing import Any
 
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
-from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial
+from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
 from . import bridge_role, skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
+from .cancel_pass import CancelPlan, keeps_committed
 from .checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
@@ -212,6 +213,7 @@ class CaseRun:
         self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
         self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
+        self.cancel_plans: list[CancelPlan] = []  # each `process` step's `cancel_at` that has run, in order
         self.denied_passes: list[dict] = []  # passes whose bridge must be refused (testhost/bridge_role.py)
 
     @property
@@ -265,7 +267,7 @@ class CaseRun:
             self.note("clock-skew", instance=label, **self.clock_skew[label])
         return impl
 
-    def on_barrier(self, impl: Implementation, name: str, context: dict) -> None:
+    def on_barrier(self, impl: Implementation, name: str, context: dict) -> str | None:
         self._run_beside(impl, name)
         with self._lock:
             armed = self.injection is None and self.plan.fault is not None
@@ -296,6 +298,8 @@ class CaseRun:
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+        # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
+        return self.cancel_plans[-1].at_barrier(self, impl, name, context) if self.cancel_plans else None
 
     def wait_for_other_racers(self, label: str, timeout: float | None = None) -> list[str]:
         """While two processors race, let every racer but `label` finish its pass (a fault calls this from the
@@ -622,6 +626,11 @@ class CaseRun:
             return
         cutoff = self.world.clock.now()
         model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
+        if "cancel_at" in step.args:
+            model_limit = pass_limit(step.args) * len(labels)
+            self.cancel_plans.append(CancelPlan(step.index, labels[0], step.args["cancel_at"]["barrier"],
+                                          step.args["cancel_at"].get("hit", 1), any(
+                                              s.op in ("update", "delete") for s in self.scenario.steps[step.index:])))
         beside = during_step(step)
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
@@ -646,7 +655,12 @@ class CaseRun:
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
                 self.model.pass_(cutoff, model_limit)
                 if len(labels) == 1:
+                    if "cancel_at" in step.args:
+                        self.cancel_plans[-1].armed = True
                     self._respond(self.impls[labels[0]], "process-due", request)
+                    if "cancel_at" in step.args:
+                        self.cancel_plans[-1].armed = False
+                        self.cancel_plans[-1].after_answer(self, self.answers[-1] if self.answers else None)
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
                                for label in labels]
@@ -1082,6 +1096,8 @@ class CaseRun:
                 self.recovered = True
             if self.injection is not None:
                 self.settle()
+            for cancel in self.cancel_plans:
+                cancel.at_end(self)
             with self.owner() as conn:
                 state = read_state(conn)
             state.drained_at = self.drained_at
@@ -1127,6 +1143,9 @@ class CaseRun:
             checks += self._count_and_clock_checks(state)
             checks += bridge_role.judge(self.denied_passes)
             checks += self.barrier_facts.checks()
+            cancelled = keeps_committed(self.cancel_plans, faulted=self.plan.fault is not None)
+            if cancelled is not None:
+                checks.append(cancelled)
             if self.plan.fault is not None:
                 fired = self.injection is not None
                 checks.append(CheckResult("planned-fault-fired", PLANNED_FAULT_FIRED, fired,

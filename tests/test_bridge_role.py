@@ -121,7 +121,7 @@ def test_a_member_login_is_for_copy_b_alone_and_a_revoked_privilege_is_one_of_th
         parse("x", '[instances.B]\nruntime_login = "owner"\n' + STEPS)
     with pytest.raises(ScenarioError, match="revoke must be one of set-local-scope"):
         parse("x", STEPS + '[[steps]]\nop = "process"\nrevoke = "insert"\n')
-    with pytest.raises(ScenarioError, match="takes no during or expect"):
+    with pytest.raises(ScenarioError, match="takes no during, expect or cancel_at"):
         parse("x", STEPS + '[[steps]]\nop = "process"\nrevoke = "set-local-scope"\nexpect = "fail"\n')
 
 

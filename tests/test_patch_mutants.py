@@ -119,21 +119,22 @@ def test_all_cases_runs_every_case_of_a_killed_mutant_not_only_until_the_kill(tm
 GO_KILLED_BY = {"wrong-fail-after-lost-commit": "outcome-honesty", "no-client-deadline": "client-deadline",
                 "skipped-runtime-epoch-fence": "fence-before-cursor-at-every-step",
                 "work-identity-from-bridge-time": "deterministic-work-identity",
-                "link-before-work-own-transaction": "one-work-per-materialized-occurrence"}
+                "link-before-work-own-transaction": "one-work-per-materialized-occurrence",
+                "cancel-compensates": "cancel-keeps-committed"}
 
 
 @pytest.mark.world
 def test_every_go_mutant_is_killed_in_its_slice_naming_its_rule_and_leaves_no_copy(tmp_path, capsys, monkeypatch):
-    """All five planted bugs on the narrowest slice that holds them (at-single and epoch-release); the patched
+    """Every planted bug on the narrowest slice that holds them (at-single, epoch-release, cancel-after-decision); the patched
     copies live under CRASHPROOF_HOME while the run lasts and are gone after it."""
     from testhost.cli import main
     home = Path(os.environ.get("CRASHPROOF_HOME") or "/tmp/crashproof")
     before = set((home / "patch-mutants").glob("*"))
     code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--scenario",
-                 "[ae][tp]*", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
+                 "[ae][tp]*,cancel-after-decision", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
     out = capsys.readouterr().out.splitlines()
     report = json.loads((tmp_path / "mutants.json").read_text())
-    assert out[-1] == "mutation score: 5/5", out[-12:]
+    assert out[-1] == f"mutation score: {len(GO_KILLED_BY)}/{len(GO_KILLED_BY)}", out[-12:]
     assert code == 0 and report["control"]["failed"] == []
     named = {entry["mutant"]: entry for entry in report["mutants"]}
     assert set(named) == set(GO_KILLED_BY)

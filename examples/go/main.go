@@ -24,6 +24,8 @@ type channel struct {
 	in       *bufio.Reader
 	out      *bufio.Writer
 	barriers bool
+	// cancelled: a barrier-reply of the pass in flight said `cancel-pass`; processDue clears it as a pass starts.
+	cancelled bool
 }
 
 func (c *channel) send(message map[string]any) {
@@ -74,6 +76,9 @@ func (c *channel) barrier(name string, context map[string]any) {
 	}
 	if reply["type"] != "barrier-reply" {
 		log.Fatalf("expected a barrier-reply to %s, got %v", name, reply)
+	}
+	if reply["action"] == "cancel-pass" {
+		c.cancelled = true // the pass's cancellation, signalled now: observed before the next lease
 	}
 }
 

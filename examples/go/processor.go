@@ -97,9 +97,10 @@ func (p *processor) processDue(r processRequest) map[string]any {
 	p.counts = map[string]int{"claimed": 0, "occurrences": 0, "materialized": 0, "suspended": 0,
 		"recovery_skipped": 0, "coalesced": 0, "recovered": 0, "fenced": 0}
 	p.committed = false
+	p.ch.cancelled = false
 	for i := 0; i < r.maximum; i++ {
-		if r.cancelAfter >= 0 && i >= r.cancelAfter {
-			break // cancellation is observed before the next lease
+		if (r.cancelAfter >= 0 && i >= r.cancelAfter) || p.ch.cancelled {
+			break // cancellation is observed before the next lease; the lease in hand was finished
 		}
 		c, err := p.claim(r)
 		if err != nil {
