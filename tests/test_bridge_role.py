@@ -254,3 +254,22 @@ def test_a_refused_pass_a_fault_interrupts_is_not_judged_and_the_case_recovers(w
     assert [e["denial"] for e in denied] == ["member", "set-local-scope"]
     checks = {c.name: c for c in outcome.checks}
     assert checks["planned-fault-fired"].ok and checks["bridge-failure-not-retriable"].rows == 1  # the member's only
+
+
+def test_the_host_reads_on_the_server_whether_a_denial_holds(world):
+    from psycopg.rows import dict_row
+    store = new_store(world)
+    try:
+        bridge_role.ensure_member(world)
+        bridge_role.ensure_member(world)  # idempotent: looked up at every start
+        with psycopg.connect(store.owner_dsn, autocommit=True, row_factory=dict_row) as conn:
+            assert bridge_role.denial_in_effect(conn, "member") is None
+            assert "still holds execute on function" in bridge_role.denial_in_effect(conn, "set-local-scope")
+            bridge_role.set_privilege(conn, "set-local-scope", granted=False)
+            assert bridge_role.denial_in_effect(conn, "set-local-scope") is None
+            bridge_role.set_privilege(conn, "set-local-scope", granted=True)
+        with psycopg.connect(store.dsn(bridge_role.MEMBER), autocommit=True) as member:
+            assert member.execute("select current_user, pg_has_role(current_user, "
+                                  "'appsurface_durable_runtime', 'USAGE')").fetchone() == (bridge_role.MEMBER, True)
+    finally:
+        store.drop()
