@@ -56,7 +56,9 @@ ENVIRONMENT = (
     EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
                         "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
                         "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
-                        "transaction."),
+                        "transaction. In a scenario that tests the bridge's proof (`runtime_login`) it logs in as "
+                        "a role that is only a member of the runtime role: your code must refuse it "
+                        "(*Transactions of a pass*)."),
     EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
                         "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
                         "only."),
@@ -319,6 +321,19 @@ NORMATIVE = (
         "`select appsurface_durable.set_local_scope(scope_id)`, which binds the scope to that transaction alone "
         "(a value left at session level, or written to the setting by hand, authorizes nothing). The scope of a "
         "claimed schedule is `appsurface_durable.scope_for_routing_id(scope_routing_id)`.",
+        "The configured runtime role is always `appsurface_durable_runtime`; prove it on the connection as it "
+        "logged in, never by `SET ROLE` or `SET SESSION AUTHORIZATION`. Scenario `bridge-role` runs one pass with "
+        "`CRASHPROOF_RUNTIME_DSN` logged in as `crashproof_runtime_member`, a role that holds the runtime role's "
+        "privileges (a member, INHERIT) without being it, and one pass with EXECUTE on "
+        "`appsurface_durable.set_local_scope(text)` revoked from the runtime role (granted back once the pass "
+        "answered), each with a schedule due. Neither pass may commit a scoped transaction: under the member login "
+        "no occurrence, cursor move, Work, link, history row, definition change or lease release commits, only a "
+        "claim may (`bridge-role-proven`). Each answers `fail` when nothing of it committed (prove `current_user` "
+        "before you claim, and no lease is left behind), else `unknown` (the claim committed, so `fail` would be "
+        "dishonest: `outcome-honesty`), in both cases with `error.retriable` false and never `ok`: no retry can "
+        "succeed before an operator changes the login or the grant (`bridge-failure-not-retriable`). A lease the "
+        "claim took is left to expire; once the proper login and grant are back, a later pass materializes the "
+        "instant exactly once.",
         "The database guards its audit trail and fencing token for every role: `schedule_history` rows carry "
         "`recorded_at_utc = transaction_timestamp()`, an event of the schema's list and a schedule of their own "
         "scope, and are never updated or deleted; `cursor_utc` never moves backwards; the runtime cannot delete "

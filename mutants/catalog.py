@@ -62,6 +62,9 @@ CRASH_SURVIVES = "What was committed before the crash stays."
 UTC_UNCHANGED = "At and explicitly anchored Every schedules persist their UTC value unchanged."
 SCHEMA_VERSION = "Runtime version 4 requires it before Schedule operations run."
 CANCEL_KEEPS = "Cancellation does not roll back a committed Schedule fact."
+BRIDGE_PROOF = ("A bridge must prove the connection's current_user is the configured runtime role before it sets "
+                "local scope state.")
+BRIDGE_NOT_RETRIABLE = "Access-denied and non-runtime bridge-role failures are not retriable."
 SQLSTATE_RETRY = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
                   "retry only after rollback.")
 
@@ -216,7 +219,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "                if not retry_unknown or remaining == 0:\n"
               "                    raise\n",
               "            except CommitOutcomeUnknown as exc:\n"
-              "                raise IdempotencyConflict(f\"taken for a rollback: {exc}\") from exc\n"),),
+              "                raise IdempotencyConflict(f\"taken for a rollback: {exc}\") from exc\n"),
+         # ... and answered as a definite failure, not as a pass that committed its claim first.
+         Edit("processor.py",
+              "            except DurableError as exc:\n                # Access denied, a bridge role refused",
+              "            except IdempotencyConflict:\n                raise\n"
+              "            except DurableError as exc:\n                # Access denied, a bridge role refused")),
         slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",
                "at-single/schedule-claim-before-commit/lost-commit-reply/*")),
     Mutant(
@@ -597,6 +605,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "right-to-left override, a zero-width space) is stored instead of answering the validation problem.",
         (Edit("model.py", "            or _unfit(command):\n", "            or False:\n"),),
         slice=("hostile-definitions",)),
+    Mutant(
+        "bridge-role-unproven", BRIDGE_PROOF,
+        "Neither the runtime session nor a scoped transaction proves current_user: the scope is set for whatever "
+        "login the DSN names, so a role that is only a member of the runtime role, holding its privileges, has its "
+        "decision and Work accepted.",
+        (Edit("db.py", "       case when current_user = %(runtime_role)s\n",
+              "       case when %(runtime_role)s::text is not null\n"),
+         Edit("processor.py", "            if user != self.runtime_role:\n", "            if user is None:\n")),
+        slice=("bridge-role",)),
+    Mutant(
+        "bridge-denial-retriable", BRIDGE_NOT_RETRIABLE,
+        "An access-denied SQLSTATE (42501) and a refused bridge role are taken as transient: the pass retries them "
+        "after rollback, gives up, and answers as after a disconnect.",
+        (Edit("errors.py", "class AccessDenied(DurableError):", "class AccessDenied(RetriableError):"),
+         Edit("errors.py", "class BridgeRoleError(DurableError):", "class BridgeRoleError(RetriableError):")),
+        slice=("bridge-role",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

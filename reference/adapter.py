@@ -19,7 +19,7 @@ from typing import Any, Callable, TextIO
 import barriers
 
 from . import ScheduleClient, ScheduleProcessor, WorkStore, wire
-from .errors import CommitOutcomeUnknown, DurableError
+from .errors import CommitOutcomeUnknown, DurableError, PassInterrupted
 from .model import ScheduleSpec, ScheduleView, Target
 from .problems import Problem
 from .processor import CancellationToken, ProcessRequest
@@ -172,6 +172,9 @@ class Adapter:
         except KeyError as exc:
             return {"type": "response", "id": request_id, "outcome": "fail",
                     "error": {"kind": "unknown-operation", "message": f"no operation or argument {exc}"}}
+        except PassInterrupted as exc:  # something of the pass committed: neither ok nor a clean fail
+            return {"type": "response", "id": request_id, "outcome": "unknown",
+                    "error": {"kind": type(exc.cause).__name__, "message": str(exc), "retriable": exc.retriable}}
         except CommitOutcomeUnknown as exc:
             return {"type": "response", "id": request_id, "outcome": "unknown",
                     "error": {"kind": type(exc).__name__, "message": str(exc), "retriable": True}}

@@ -41,6 +41,16 @@ class BridgeRoleError(DurableError):
     """The connection's current_user is not the configured runtime role. Not retriable."""
 
 
+class PassInterrupted(DurableError):
+    """A definite failure after a transaction of the same pass committed (its claim at least): the pass is partly
+    applied, so its caller hears `unknown`, retriable as the failure is."""
+
+    def __init__(self, cause: DurableError):
+        super().__init__(f"after this pass committed its claim: {cause}")
+        self.cause = cause
+        self.retriable = cause.retriable
+
+
 class SchemaNotReady(DurableError):
     """A migration this runtime version needs is missing, or the runtime version does not admit the call."""
 

@@ -25,7 +25,8 @@ import barriers
 
 from . import due
 from .db import Session
-from .errors import CommitOutcomeUnknown, IdempotencyConflict, LeaseLost, RetriableError
+from .errors import (BridgeRoleError, CommitOutcomeUnknown, DurableError, IdempotencyConflict, LeaseLost,
+                     PassInterrupted, RetriableError)
 from .evaluator import Anomaly, Due, NoOp, evaluate, next_after
 from .identity import OccurrenceIdentity, canonical_instant, work_identity
 from .migrations import require_schedule_protocol
@@ -119,10 +120,23 @@ class ScheduleProcessor:
         require_schedule_protocol(self.runtime, runtime_version)
 
     # Sessions are reopened after a lost connection; a retry happens only after the rollback.
+    # A new runtime session proves its current_user before anything uses it, so a pass under another login refuses
+    # before it claims (a clean `fail`, no lease stranded); every scoped transaction proves it again
+    # (docs/protocol-notes.md, 33c).
     @property
     def runtime(self) -> Session:
         if self._runtime is None or self._runtime.broken:
-            self._runtime = Session(self.runtime_dsn, deadline=self.deadline, application_name="appsurface-durable-runtime")
+            session = Session(self.runtime_dsn, deadline=self.deadline, application_name="appsurface-durable-runtime")
+            try:
+                user = session.one("select current_user as user")["user"]
+            except BaseException:
+                session.close()
+                raise
+            if user != self.runtime_role:
+                session.close()
+                raise BridgeRoleError(f"the runtime connection's current_user is {user}, not the configured runtime "
+                                      f"role {self.runtime_role}; refusing to process")
+            self._runtime = session
         return self._runtime
 
     @property
@@ -142,6 +156,12 @@ class ScheduleProcessor:
             raise ValueError(f"maximum_schedules must be at least 1, not {request.maximum_schedules}")
         counts = ProcessCounts()
         owner = request.lease_owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        try:
+            self._retrying(lambda: self.runtime, retry_unknown=False)
+        except RetriableError as exc:
+            counts.aborted += 1
+            counts.errors.append(f"runtime session: {exc}")
+            return counts
         for _ in range(request.maximum_schedules):
             if cancel is not None and cancel.cancelled:
                 break
@@ -151,6 +171,10 @@ class ScheduleProcessor:
                 counts.aborted += 1
                 counts.errors.append(f"claim: {exc}")
                 break
+            except DurableError as exc:
+                if counts.claimed:  # an earlier claim of this pass committed: the pass is partly applied
+                    raise PassInterrupted(exc) from exc
+                raise
             if claim is None:
                 break
             counts.claimed += 1
@@ -161,6 +185,9 @@ class ScheduleProcessor:
             except RetriableError as exc:
                 counts.aborted += 1
                 counts.errors.append(f"{claim.schedule_id}: {exc}")
+            except DurableError as exc:
+                # Access denied, a bridge role refused, a definite SQLSTATE: no retry helps, and the claim committed.
+                raise PassInterrupted(exc) from exc
         return counts
 
     def _retrying(self, attempt, *, retry_unknown: bool):

@@ -13,7 +13,10 @@ from typing import Any
 # The copies of the implementation a case may start: "A" runs every step, "B" races it, "takeover" drains
 # what a paused copy leased (testhost/faults.py).
 INSTANCE_LABELS = ("A", "B", "takeover")
-INSTANCE_FIELDS = {"clock_offset": str, "command": str, "environment": dict}
+INSTANCE_FIELDS = {"clock_offset": str, "command": str, "environment": dict, "runtime_login": str}
+# What a copy's runtime DSN may log in as instead of the runtime role (testhost/bridge_role.py makes the role). Only
+# copy B: A runs the client steps, the drains and every recovery, and the takeover drains a paused copy's lease.
+RUNTIME_LOGINS = ("member",)
 # libfaketime skews by whole seconds here; ten years keeps every instant inside datetime's range.
 MAX_OFFSET = timedelta(days=3650)
 _DURATION = re.compile(r"^(?P<sign>[+-]?)(?=\d)(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
@@ -53,6 +56,7 @@ class Instance:
     clock_offset: timedelta | None = None
     command: str | None = None  # resolved: a relative program path is made absolute (see resolve_command)
     environment: dict[str, str] = field(default_factory=dict)
+    runtime_login: str | None = None  # a login other than the runtime role for CRASHPROOF_RUNTIME_DSN
 
     def to_json(self) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -62,6 +66,8 @@ class Instance:
             found["command"] = self.command
         if self.environment:
             found["environment"] = dict(self.environment)
+        if self.runtime_login is not None:
+            found["runtime_login"] = self.runtime_login
         return found
 
 
@@ -106,7 +112,7 @@ def _parse(raw: Any, label: str, text: str, origin: str | None) -> dict[str, Ins
         if name not in INSTANCE_LABELS:
             raise ValueError(f"{where}: no instance is labelled {name!r}; the labels are {', '.join(INSTANCE_LABELS)}")
         if not isinstance(table, dict):
-            raise ValueError(f"{where}: must be a table (clock_offset, command, environment)")
+            raise ValueError(f"{where}: must be a table ({', '.join(INSTANCE_FIELDS)})")
         unknown = sorted(set(table) - set(INSTANCE_FIELDS))
         if unknown:
             raise ValueError(f"{where}: takes no {', '.join(unknown)} (only {', '.join(INSTANCE_FIELDS)})")
@@ -134,5 +140,11 @@ def _parse(raw: Any, label: str, text: str, origin: str | None) -> dict[str, Ins
             if key.startswith("CRASHPROOF_") or key in ("LD_PRELOAD",) or key.startswith("FAKETIME"):
                 raise ValueError(f"{where}.environment.{key}: is the harness's to set (the DSNs, the barrier "
                                  "endpoint and the clock skew); use clock_offset for a skewed clock")
-        found[name] = Instance(name, offset, command, dict(environment))
+        login = table.get("runtime_login")
+        if login is not None and login not in RUNTIME_LOGINS:
+            raise ValueError(f"{where}.runtime_login: must be one of {', '.join(RUNTIME_LOGINS)}, not {login!r}")
+        if login is not None and name != "B":
+            raise ValueError(f"{where}.runtime_login: only copy B takes another login (A runs the client steps, "
+                             "the drains and the recoveries)")
+        found[name] = Instance(name, offset, command, dict(environment), login)
     return found

@@ -535,6 +535,9 @@ class Pass(StepKind):
                 check_fields(kind, {k: v for k, v in inner.items() if k != "op"}, context)
             except StepError as exc:
                 raise StepError(f"during: {exc}") from None
+        if "revoke" in args and ("during" in args or "expect" in args or "cancel_at" in args):
+            raise StepError("a pass with a revoked grant is judged by the bridge-role checks: it takes no during, "
+                            "expect or cancel_at")
 
     def run(self, case, step):
         args = step.args
@@ -552,6 +555,8 @@ class Pass(StepKind):
     def replay(self, replay, step, skip):
         """The pass; a step beside its held barrier in the order the spec allows every implementation (it waited
         for the held decision: after the pass)."""
+        if pass_denial(replay.scenario, step) is not None:
+            return  # its bridge is refused: nothing of Gate A moves (docs/protocol-notes.md, 33b)
         if "expect" not in step.args:
             replay.model.pass_(replay.now, self.claims(step), skip)
         elif step.expected_outcome == "ok":
@@ -561,12 +566,33 @@ class Pass(StepKind):
             STEPS[beside[2].op].replay(replay, beside[2], frozenset())
 
 
+# Privileges a pass may run without (testhost/bridge_role.py REVOCABLE holds the SQL): the host revokes one from the
+# runtime role for that pass alone and grants it back once the pass answered.
+REVOCABLE = ("set-local-scope",)
+REVOKE = Field("revoke", (str,), "run the pass with this privilege revoked from the runtime role, granted back once "
+               "it answered: `set-local-scope` is EXECUTE on appsurface_durable.set_local_scope(text), which every "
+               "scoped transaction needs first (SQLSTATE 42501). With something due the pass must commit nothing "
+               "scoped and answer `fail` (or `unknown` once its claim committed) with `retriable: false` "
+               "(`bridge-failure-not-retriable`); the model takes nothing from it", choices=REVOCABLE)
+
+
+def pass_denial(scenario, step: "Step") -> str | None:
+    """Why a `process` step's bridge must be refused: a revoked privilege, or the runtime login of its copy
+    (`[instances.B] runtime_login`); None for a pass that may run."""
+    if step.op != "process":
+        return None
+    if "revoke" in step.args:
+        return step.args["revoke"]
+    instance = scenario.instances.get(step.args.get("processor", "A")) if scenario is not None else None
+    return getattr(instance, "runtime_login", None)
+
+
 @step_kind
 class Process(Pass):
     op = "process"
     summary = "One bounded process-due pass of one processor (copy A unless `processor` names another)."
     fields = (MAXIMUM, Field("processor", (str,), "which copy of the implementation runs the pass (default A)"),
-              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT)
+              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE)
     example = '''description = "Two due schedules, one bounded pass each."
 [[steps]]
 op = "create"
@@ -1069,7 +1095,10 @@ SCENARIO_FIELDS = (
           "to show that Work samples its own clock"),
     Field("instances", (dict,), "per copy of the implementation (`[instances.A]`, `B`, `takeover`): `clock_offset` "
           "(its OS clock skewed, e.g. \"-1d2h\"), `command` (another program for that copy) and `environment` "
-          "(variables for it); see barriers/PROTOCOL.md, \"Your own clock\""),
+          "(variables for it); see barriers/PROTOCOL.md, \"Your own clock\". `[instances.B]` also takes "
+          "`runtime_login = \"member\"`: that copy's CRASHPROOF_RUNTIME_DSN logs in as a role that is only a member "
+          "of the runtime role, so every `process` step it runs must be refused by the bridge's proof of "
+          "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it"),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )

@@ -1356,3 +1356,5 @@ from . import commands  # noqa: E402,F401
 # The checks read at the barriers live in a module of their own and register here like every other, so every
 # reader of CHECKS (PROTOCOL.md, the coverage page) sees them. Imported last: it uses the names above.
 from . import barrier_facts  # noqa: E402,F401
+# The bridge-role checks (testhost/bridge_role.py) register here too, for PROTOCOL.md and the coverage page.
+from . import bridge_role  # noqa: E402,F401

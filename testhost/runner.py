@@ -18,9 +18,9 @@ from typing import Any
 
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
-from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_limit
+from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
-from . import skew
+from . import bridge_role, skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .cancel_pass import CancelPlan, keeps_committed
@@ -214,6 +214,7 @@ class CaseRun:
         self.bridge_clock = BridgeClock(self, scenario.bridge_clock_shift_s) if scenario.bridge_clock_shift_s else None
         self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
         self.cancel_plans: list[CancelPlan] = []  # each `process` step's `cancel_at` that has run, in order
+        self.denied_passes: list[dict] = []  # passes whose bridge must be refused (testhost/bridge_role.py)
 
     @property
     def owner(self) -> KeptSession:
@@ -236,7 +237,12 @@ class CaseRun:
 
     def start_implementation(self, label: str) -> Implementation:
         proxied = self.network_faulted
-        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(RUNTIME, proxied=proxied),
+        instance = self.scenario.instances.get(label)
+        runtime_user = RUNTIME
+        if instance is not None and instance.runtime_login == "member":
+            bridge_role.ensure_member(self.world)
+            runtime_user = bridge_role.MEMBER
+        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(runtime_user, proxied=proxied),
                "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
         if len(self.started) >= MAX_STARTS:
@@ -603,6 +609,10 @@ class CaseRun:
         for label in labels:
             if label not in self.impls:
                 self.impls[label] = self.start_implementation(label)
+        denial = pass_denial(self.scenario, step)
+        if denial is not None:
+            self.denied_pass(step, labels[0], request, denial)
+            return
         cutoff = self.world.clock.now()
         model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
         if "cancel_at" in step.args:
@@ -655,6 +665,41 @@ class CaseRun:
                     self._after_beside()
         finally:
             self._beside = None
+
+    def denied_pass(self, step: Step, label: str, request: dict, denial: str) -> None:
+        """A pass whose bridge must be refused: its privilege revoked for it alone (granted back however it ends),
+        the scoped rows read around it; the model takes nothing from it."""
+        revoked = denial in bridge_role.REVOCABLE
+        try:
+            with self.owner() as conn:
+                if revoked:
+                    bridge_role.set_privilege(conn, denial, granted=False)
+                not_in_effect = bridge_role.denial_in_effect(conn, denial)
+                due = conn.execute("select exists (select 1 from appsurface_durable.schedule_dispatch_timing "
+                                   "where claimable_at_utc <= clock_timestamp()) as due").fetchone()["due"]
+                before = bridge_role.rows(conn)
+            offset = bridge_role.log_offset(self.world) if revoked else None
+            fired_before = self.injection is not None
+            self._expecting = True
+            try:
+                response = self._ask(self.impls[label], "process-due", request)
+            finally:
+                self._expecting = False
+            with self.owner() as conn:
+                after = bridge_role.rows(conn)
+            refused = bridge_role.denials_logged(self.world, offset, denial) if revoked else None
+        finally:
+            if revoked:
+                with self.owner() as conn:
+                    bridge_role.set_privilege(conn, denial, granted=True)
+        self._record(response, "process-due", label)
+        self.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect, denied_statements=refused)
+        self.denied_passes.append({"step": step.index + 1, "instance": label, "denial": denial, "due": due,
+                                   "not_in_effect": not_in_effect, "outcome": response.outcome,
+                                   "error": response.error, "value": response.value,
+                                   "changed": bridge_role.scoped_changes(before, after),
+                                   "claims": bridge_role.claims(before, after), "denied_statements": refused,
+                                   "faulted": not fired_before and self.injection is not None})
 
     def judge_late_writes(self) -> None:
         """Once a paused or stalled processor has finished its step: did it write anything for the schedule the
@@ -1085,6 +1130,7 @@ class CaseRun:
             if drills:
                 outcome.measurements["restore-drills"] = drills
             checks += self._count_and_clock_checks(state)
+            checks += bridge_role.judge(self.denied_passes)
             checks += self.barrier_facts.checks()
             cancelled = keeps_committed(self.cancel_plans, faulted=self.plan.fault is not None)
             if cancelled is not None:

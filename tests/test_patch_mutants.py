@@ -120,18 +120,19 @@ GO_KILLED_BY = {"wrong-fail-after-lost-commit": "outcome-honesty", "no-client-de
                 "skipped-runtime-epoch-fence": "fence-before-cursor-at-every-step",
                 "work-identity-from-bridge-time": "deterministic-work-identity",
                 "link-before-work-own-transaction": "one-work-per-materialized-occurrence",
-                "cancel-compensates": "cancel-keeps-committed"}
+                "cancel-compensates": "cancel-keeps-committed",
+                "access-denied-retriable": "bridge-failure-not-retriable"}
 
 
 @pytest.mark.world
 def test_every_go_mutant_is_killed_in_its_slice_naming_its_rule_and_leaves_no_copy(tmp_path, capsys, monkeypatch):
-    """Every planted bug on the narrowest slice that holds them (at-single, epoch-release, cancel-after-decision); the patched
-    copies live under CRASHPROOF_HOME while the run lasts and are gone after it."""
+    """Every planted bug on the narrowest slice that holds them (at-single, epoch-release, cancel-after-decision,
+    bridge-role); the patched copies live under CRASHPROOF_HOME while the run lasts and are gone after it."""
     from testhost.cli import main
     home = Path(os.environ.get("CRASHPROOF_HOME") or "/tmp/crashproof")
     before = set((home / "patch-mutants").glob("*"))
     code = main(["mutants", "--impl", str(GO / "run.sh"), "--mutants", str(GO / "mutants"), "--scenario",
-                 "[ae][tp]*,cancel-after-decision", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
+                 "[ae][tp]*,cancel-after-decision,bridge-role", "--slice-only", "--jobs", "2", "--report-dir", str(tmp_path)])
     out = capsys.readouterr().out.splitlines()
     report = json.loads((tmp_path / "mutants.json").read_text())
     assert out[-1] == f"mutation score: {len(GO_KILLED_BY)}/{len(GO_KILLED_BY)}", out[-12:]

@@ -453,13 +453,12 @@ def test_client_and_processor_on_the_owner_dsn_refuse_at_the_bridge(store):
 
     create_schedule(store)
     time.sleep(1.1)
-    processor = reference.ScheduleProcessor(store.owner_dsn, store.dispatcher_dsn)
-    try:
-        with pytest.raises(BridgeRoleError):
-            processor.process_due()
-    finally:
-        processor.close()
+    # The processor proves its runtime session before it claims: nothing is leased either.
+    with pytest.raises(BridgeRoleError, match="refusing to process"):
+        reference.ScheduleProcessor(store.owner_dsn, store.dispatcher_dsn)
     with store.owner() as conn:
+        assert conn.execute("select lease_generation from appsurface_durable.schedule_dispatch").fetchone()[
+            "lease_generation"] == 0
         for table in ("schedule_occurrences", "work_items"):
             assert conn.execute(f"select count(*) as n from appsurface_durable.{table}").fetchone()["n"] == 0, table
         definition = conn.execute("select revision, cursor_utc, created_at_utc from appsurface_durable.schedule_definitions"
