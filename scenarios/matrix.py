@@ -46,11 +46,46 @@ def select(scenarios: list[Scenario], pattern: "str | Iterable[str] | None") -> 
     return [s for s in scenarios if matches(s.name, pattern)]
 
 
+def barrier_sequence(timeline: list[dict]) -> list[tuple[int, str, str, str | None]]:
+    """A fault-free run's barriers in order: (position in its timeline, instance, barrier, schedule_id)."""
+    return [(position, e.get("instance"), e["name"], (e.get("context") or {}).get("schedule_id"))
+            for position, e in enumerate(timeline) if e.get("event") == "barrier"]
+
+
+def same_state_twin(plugin, sequence: list, barrier: str, hit: int, planned_hits) -> str | None:
+    """The later barrier hit a fault at (barrier, hit) is the same as, when the plugin says which barriers leave the
+    same state and the fault-free run went from one to the next with nothing between (no step, no answer, no other
+    instance's barrier), for the same schedule; the furthest such hit that is planned itself, or None."""
+    pairs = getattr(plugin, "same_state_as", None)
+    if not pairs or not sequence:
+        return None
+    seen: dict[str, int] = {}
+    numbered = []
+    for position, instance, name, schedule in sequence:
+        seen[name] = seen.get(name, 0) + 1
+        numbered.append((position, instance, name, schedule, seen[name]))
+    start = next((i for i, e in enumerate(numbered) if e[2] == barrier and e[4] == hit), None)
+    if start is None:
+        return None
+    twin, i = None, start
+    while i + 1 < len(numbered):
+        here, after = numbered[i], numbered[i + 1]
+        if after[0] != here[0] + 1 or after[1] != here[1] or after[3] != here[3] or here[3] is None \
+                or after[2] not in pairs.get(here[2], ()):
+            break
+        i += 1
+        if after[4] in planned_hits(after[2]):
+            twin = f"{after[2]} hit {after[4]}"
+    return twin
+
+
 def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults: dict, *,
            barrier: "str | Iterable[str] | None" = None, fault: "str | Iterable[str] | None" = None,
-           repeat: int = 1, offered: set[str] | None = None):
+           repeat: int = 1, offered: set[str] | None = None, sequences: dict[str, list] | None = None):
     """Case plans for every reachable combination, and the combinations skipped with the reason. A barrier of
-    an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's."""
+    an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's. With
+    `sequences` (each passing fault-free run's barriers in order), a fault whose plugin names barriers that leave
+    the same state is planned at the later of two such hits only."""
     from testhost.runner import CasePlan
 
     plans, skipped = [], []
@@ -90,7 +125,14 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                     skipped.append(Skipped(scenario.name, b.name, name,
                                            f"hit {planned[-1]}: {name} plans first hits only ({plugin.first_hit_only})"))
                     planned = planned[:1]
+                sequence = (sequences or {}).get(scenario.name)
                 for hit in planned:
+                    twin = same_state_twin(plugin, sequence, b.name, hit, lambda name: hits_for(hits.get(name, 0)))
+                    if twin:
+                        skipped.append(Skipped(scenario.name, b.name, name,
+                                               f"hit {hit}: {name} here leaves the state {name} at {twin} leaves "
+                                               f"(nothing between them in the fault-free run), which is planned"))
+                        continue
                     for r in range(1, repeat + 1):
                         plans.append(CasePlan(scenario.name, b.name, name, hit, r))
     return plans, skipped

@@ -31,7 +31,7 @@ from typing import Callable
 from barriers import CATALOG, required_of
 from reports import report as reports
 from reports.render import remove_outputs, render as render_all
-from scenarios.matrix import expand, matches, patterns, select
+from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
 from scenarios.model import Scenario, load_catalog
 
@@ -522,8 +522,11 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
                         str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
                         signals=signals)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
+    # Only a fault-free run that passed (its barrier facts included) says which barriers leave the same state.
+    sequences = {r["plan"].scenario: barrier_sequence(r["case"].get("timeline") or []) for r in results
+                 if r["case"]["verdict"] == "pass" and r["plan"].fault is None}
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
-                            repeat=options.repeat, offered=declared_operations(results))
+                            repeat=options.repeat, offered=declared_operations(results), sequences=sequences)
     return results, census, plans, skipped
 
 

@@ -101,9 +101,20 @@ def open_write_backend(run: "CaseRun", barrier: Barrier, context: dict | None = 
 
 class Kill:
     name, needs = "kill", ()
-    summary = "SIGKILL to your process group"
+    summary = ("SIGKILL to your process group; where the fault-free run reached a barrier and then, with nothing "
+               "between, the next one of the same schedule below, the kill is planned at the later one only, since "
+               "both leave the same durable state (after a claim's commit and before the decision's; after the "
+               "decision's and inside or before the bridge's)")
     expects = ("nothing of you survives; a fresh copy recovers: a transaction open at the barrier is aborted, one "
                "committed there stays committed")
+    # A killed process leaves only what committed. Nothing commits between these barriers and the next one of the
+    # same schedule (`decision-commits-together` holds the fault-free run to it), and a transaction open at an inside
+    # or before-commit barrier is aborted either way: a kill at the first leaves what a kill at the second leaves.
+    same_state_as = {
+        "schedule-claim-after-commit": ("schedule-decision-before-commit",),
+        "schedule-decision-after-commit": ("schedule-work-after-acceptance", "schedule-bridge-before-commit"),
+        "schedule-work-after-acceptance": ("schedule-bridge-before-commit",),
+    }
 
     def applies(self, barrier: Barrier) -> str | None:
         return None

@@ -391,10 +391,11 @@ class CaseRun:
             }
 
     def observe_coalesced(self, index: int) -> None:
-        with self.owner() as conn:
+        # After every step: the three statements travel in one round trip (a pipeline), read when it syncs.
+        with self.owner() as conn, conn.pipeline():
             rows = conn.execute("select schedule_id, generation, first_nominal_utc, last_nominal_utc, state "
                                 "from appsurface_durable.schedule_occurrences "
-                                "where occurrence_kind = 'coalesced'").fetchall()
+                                "where occurrence_kind = 'coalesced'")
             # The raw cursor beside what was decided so far, to tell a cursor that moved with no decision.
             cursors = conn.execute(
                 "select d.schedule_id::text as schedule_id, d.cursor_utc, d.active_generation, "
@@ -406,12 +407,11 @@ class CaseRun:
                 "and h.event = 'recovery-skipped') as skipped, (select count(*) from "
                 "appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id "
                 "and o.work_id is not null) as linked "
-                "from appsurface_durable.schedule_definitions d").fetchall()
-            # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it.
+                "from appsurface_durable.schedule_definitions d")
             # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it; and the
             # schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
             # terminal transaction requeued them, so each must be claimable now. One statement for both.
-            processor_facts = dict(conn.execute(
+            processor_facts = conn.execute(
                 "select (select coalesce(sum(lease_generation), 0) from appsurface_durable.schedule_dispatch) "
                 "as claims, (select count(*) from appsurface_durable.schedule_history where event = 'suspended') "
                 "as suspended, clock_timestamp() as server_now, (select coalesce(jsonb_agg(jsonb_build_object("
@@ -424,11 +424,11 @@ class CaseRun:
                 "and p.generation = d.active_generation and p.occurrence_kind = 'coalesced' and p.state = 'pending') "
                 "and not exists (select 1 from appsurface_durable.schedule_occurrences o join "
                 "appsurface_durable.work_items w on w.work_id = o.work_id where o.schedule_id = d.schedule_id "
-                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))) as requeued"
-            ).fetchone())
-            requeued = [{"schedule_id": r["schedule_id"], "server_now": processor_facts["server_now"],
-                         "claimable_at_utc": datetime.fromisoformat(r["claimable_at_utc"])
-                         if r["claimable_at_utc"] else None} for r in processor_facts.pop("requeued")]
+                "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))) as requeued")
+        rows, cursors, processor_facts = rows.fetchall(), cursors.fetchall(), dict(processor_facts.fetchone())
+        requeued = [{"schedule_id": r["schedule_id"], "server_now": processor_facts["server_now"],
+                     "claimable_at_utc": datetime.fromisoformat(r["claimable_at_utc"])
+                     if r["claimable_at_utc"] else None} for r in processor_facts.pop("requeued")]
         key = lambda r: (str(r["schedule_id"]), r["generation"], r["first_nominal_utc"])  # noqa: E731
         self.coalesced_seen.append((index, {"all": {key(r): dict(r) for r in rows},
                                             "pending": {key(r): dict(r) for r in rows if r["state"] == "pending"},

@@ -52,7 +52,7 @@ def test_the_builtin_catalog_plans_the_crash_in_its_named_scenarios_and_a_teams_
 
 def test_the_named_scenarios_meet_every_barrier_the_catalog_reaches(tmp_path):
     plans, _ = census(Options(fault="db-crash", jobs=2, report_dir=tmp_path, progress=lambda line: None))
-    everywhere, _ = census(Options(fault="kill", jobs=2, report_dir=tmp_path, progress=lambda line: None))
+    everywhere, _ = census(Options(fault="disconnect", jobs=2, report_dir=tmp_path, progress=lambda line: None))
     assert {p.barrier for p in plans} == {p.barrier for p in everywhere}
     assert {(p.barrier, p.hit > 1) for p in plans} == {(p.barrier, p.hit > 1) for p in everywhere}
 

@@ -83,3 +83,50 @@ def test_a_skipped_combination_names_its_fault_as_one_string_whatever_the_filter
         _, skipped = expand([scenario], census, FAULTS, fault=fault, offered=offered)
         not_offered = [s for s in skipped if BY_NAME[s.barrier].operation not in offered]
         assert not_offered and {s.to_json()["fault"] for s in not_offered} == {named}
+
+
+def _timeline(*names, schedule="s1", instance="A", gap_after=None):
+    events = [{"event": "step"}]
+    for i, name in enumerate(names):
+        events.append({"event": "barrier", "instance": instance, "name": name, "context": {"schedule_id": schedule}})
+        if gap_after == i:
+            events.append({"event": "response"})
+    return events
+
+
+PASS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit",
+        "schedule-decision-after-commit", "schedule-work-after-acceptance", "schedule-bridge-before-commit",
+        "schedule-link-after-commit")
+
+
+def test_a_kill_is_planned_once_per_durable_state_and_only_where_nothing_came_between():
+    from scenarios.matrix import barrier_sequence, same_state_twin
+
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    census = {"at-single": {name: 1 for name in PASS}}
+    plans, skipped = expand([scenario], census, FAULTS, fault="kill",
+                            sequences={"at-single": barrier_sequence(_timeline(*PASS))})
+    assert {p.barrier for p in plans} == {"schedule-claim-before-commit", "schedule-decision-before-commit",
+                                          "schedule-bridge-before-commit", "schedule-link-after-commit"}
+    reasons = {s.barrier: s.reason for s in skipped}
+    assert "schedule-decision-before-commit hit 1" in reasons["schedule-claim-after-commit"]
+    assert "schedule-bridge-before-commit hit 1" in reasons["schedule-decision-after-commit"]
+    # every other fault keeps every barrier: only a killed process leaves nothing but what committed
+    others, _ = expand([scenario], census, FAULTS, fault="disconnect",
+                       sequences={"at-single": barrier_sequence(_timeline(*PASS))})
+    assert len(others) == len(PASS)
+
+    hits = lambda name: [1]  # noqa: E731
+    # an answer, another schedule or another instance between the two: not the same state, both planned
+    assert same_state_twin(FAULTS["kill"], barrier_sequence(_timeline(*PASS[1:3], gap_after=0)),
+                           "schedule-claim-after-commit", 1, hits) is None
+    two = _timeline(PASS[1]) + _timeline(PASS[2], schedule="s2")[1:]
+    assert same_state_twin(FAULTS["kill"], barrier_sequence(two), "schedule-claim-after-commit", 1, hits) is None
+    racing = _timeline(PASS[1]) + _timeline(PASS[2], instance="B")[1:]
+    assert same_state_twin(FAULTS["kill"], barrier_sequence(racing), "schedule-claim-after-commit", 1, hits) is None
+    # the twin must be planned itself: a middle hit of the later barrier is not
+    assert same_state_twin(FAULTS["kill"], barrier_sequence(_timeline(*PASS[1:3])), "schedule-claim-after-commit", 1,
+                           lambda name: [2]) is None
+    # without a fault-free sequence (a run that failed, explore's own plans) everything is planned
+    plain, _ = expand([scenario], census, FAULTS, fault="kill")
+    assert len(plain) == len(PASS)
