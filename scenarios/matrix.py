@@ -57,8 +57,8 @@ def same_state_twin(plugin, sequence: list, barrier: str, hit: int, planned_hits
     same state and the fault-free run went from one to the next with nothing between (no step, no answer, no other
     instance's barrier), for the same schedule; the furthest such hit that is planned itself, or None."""
     pairs = getattr(plugin, "same_state_as", None)
-    if not pairs or not sequence:
-        return None
+    if not pairs or not sequence or len({instance for _, instance, _, _ in sequence}) > 1:
+        return None  # processors racing interleave by timing: the plan must not depend on it
     seen: dict[str, int] = {}
     numbered = []
     for position, instance, name, schedule in sequence:

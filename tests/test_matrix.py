@@ -124,6 +124,9 @@ def test_a_kill_is_planned_once_per_durable_state_and_only_where_nothing_came_be
     assert same_state_twin(FAULTS["kill"], barrier_sequence(two), "schedule-claim-after-commit", 1, hits) is None
     racing = _timeline(PASS[1]) + _timeline(PASS[2], instance="B")[1:]
     assert same_state_twin(FAULTS["kill"], barrier_sequence(racing), "schedule-claim-after-commit", 1, hits) is None
+    # two processors anywhere in the run: their interleaving is timing, and the plan must not depend on it
+    raced = _timeline(*PASS[1:3]) + _timeline(PASS[0], instance="B")[1:]
+    assert same_state_twin(FAULTS["kill"], barrier_sequence(raced), "schedule-claim-after-commit", 1, hits) is None
     # the twin must be planned itself: a middle hit of the later barrier is not
     assert same_state_twin(FAULTS["kill"], barrier_sequence(_timeline(*PASS[1:3])), "schedule-claim-after-commit", 1,
                            lambda name: [2]) is None
