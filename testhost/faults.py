@@ -101,10 +101,11 @@ def open_write_backend(run: "CaseRun", barrier: Barrier, context: dict | None = 
 
 class Kill:
     name, needs = "kill", ()
-    summary = ("SIGKILL to your process group; where the fault-free run reached a barrier and then, with nothing "
-               "between, the next one of the same schedule below, the kill is planned at the later one only, since "
-               "both leave the same durable state (after a claim's commit and before the decision's; after the "
-               "decision's and inside or before the bridge's)")
+    summary = ("SIGKILL to your process group. Two kills that leave the same durable state are one case: where your "
+               "fault-free run went from `schedule-claim-after-commit` straight to `schedule-decision-before-commit` "
+               "of the same schedule, or from `schedule-decision-after-commit` through `schedule-work-after-acceptance` "
+               "to `schedule-bridge-before-commit`, with nothing between (and no second processor in the run), the "
+               "kill is planned at the later barrier only")
     expects = ("nothing of you survives; a fresh copy recovers: a transaction open at the barrier is aborted, one "
                "committed there stays committed")
     # A killed process leaves only what committed. Nothing commits between these barriers and the next one of the
