@@ -6,7 +6,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Iterable
 
-from barriers import CATALOG
+from barriers import BY_NAME, CATALOG
 
 from .model import Scenario, is_builtin
 
@@ -127,7 +127,10 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                     planned = planned[:1]
                 sequence = (sequences or {}).get(scenario.name)
                 for hit in planned:
-                    twin = same_state_twin(plugin, sequence, b.name, hit, lambda name: hits_for(hits.get(name, 0)))
+                    # a twin counts only where this same selection plans it: a filter may leave it out
+                    twin = same_state_twin(plugin, sequence, b.name, hit,
+                                           lambda other: hits_for(hits.get(other, 0)) if matches(other, barrier)
+                                           and (offered is None or BY_NAME[other].operation in offered) else [])
                     if twin:
                         skipped.append(Skipped(scenario.name, b.name, name,
                                                f"hit {hit}: {name} here leaves the state {name} at {twin} leaves "

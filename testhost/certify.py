@@ -522,9 +522,10 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
                         str(log_dir), progress, _case_worker(options), results=results, fail_fast=options.fail_fast,
                         signals=signals)
     census = {r["plan"].scenario: r["case"]["barrier_hits"] for r in results}
-    # Only a fault-free run that passed (its barrier facts included) says which barriers leave the same state.
+    # Only a fault-free run that passed (its barrier facts included) says which barriers leave the same state; a
+    # case asked for by its id runs as asked, even where its twin stands for it in the whole matrix.
     sequences = {r["plan"].scenario: barrier_sequence(r["case"].get("timeline") or []) for r in results
-                 if r["case"]["verdict"] == "pass" and r["plan"].fault is None}
+                 if r["case"]["verdict"] == "pass" and r["plan"].fault is None} if not options.cases else None
     plans, skipped = expand(scenarios, census, FAULTS, barrier=options.barrier, fault=options.fault,
                             repeat=options.repeat, offered=declared_operations(results), sequences=sequences)
     return results, census, plans, skipped

@@ -46,7 +46,8 @@ def test_the_go_example_certifies_every_processor_barrier_under_every_fault(go_e
     wanted = {(b.name, name) for b in CATALOG if b.operation == "process-due"
               for name, fault in FAULTS.items() if fault.applies(b) is None}
     ran = {(c["barrier"], c["fault"]) for c in report["cases"] if c["fault"] is not None}
-    assert ran == wanted, f"not run: {sorted(wanted - ran)}"
+    twins = {(s["barrier"], s["fault"]) for s in report["run"]["skipped"] if "leaves the state" in s["reason"]}
+    assert ran <= wanted and ran | twins == wanted, f"not run: {sorted(wanted - twins - ran)}"
     # its counts carry the registry's names, so the host held them to the committed facts in every case
     counted = [next(ch for ch in c["checks"] if ch["name"] == "process-counts") for c in report["cases"]]
     assert all(ch["ok"] and ch["rows"] >= 1 for ch in counted)

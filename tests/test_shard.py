@@ -60,7 +60,7 @@ def test_three_merged_shards_equal_the_unsharded_run(tmp_path):
         shards.append(directory)
     counts = [json.loads((d / "report.json").read_text())["summary"]["cases"] for d in shards]
     whole = json.loads((tmp_path / "whole" / "report.json").read_text())
-    assert all(counts) and sum(counts) == whole["summary"]["cases"] >= 6
+    assert all(counts) and sum(counts) == whole["summary"]["cases"] >= 5
     merged = _run("report", "merge", str(tmp_path / "all"), *map(str, shards))
     assert merged.returncode == 0, merged.stderr
     result = json.loads((tmp_path / "all" / "report.json").read_text())
