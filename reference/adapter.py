@@ -20,31 +20,12 @@ import barriers
 
 from . import ScheduleClient, ScheduleProcessor, WorkStore, wire
 from .errors import CommitOutcomeUnknown, DurableError, PassInterrupted
-from .model import ScheduleSpec, ScheduleView, Target
+from .model import ScheduleView
 from .problems import Problem
 from .processor import CancellationToken, ProcessRequest
 
 PROTOCOL_VERSION = 1
 OPERATIONS = ("process-due", "create", "update", "delete", "get", "release-after-recovery", "complete-work")
-
-
-def _time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
-def _seconds(value: float | None) -> timedelta | None:
-    return timedelta(seconds=value) if value is not None else None
-
-
-def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
-    target = data.get("target", {})
-    optional = {key: data[key] for key in ("misfire_policy", "overlap_policy", "run_policy") if key in data}
-    if "safety_window_s" in data:
-        optional["safety_window"] = _seconds(data["safety_window_s"])
-    return ScheduleSpec(kind=data.get("kind", ""), at=_time(data.get("at")), after=_seconds(data.get("after_s")),
-                        every=_seconds(data.get("every_s")), anchor=_time(data.get("anchor")), cron=data.get("cron"),
-                        target=Target(target.get("command", ""), target.get("payload", {}), target.get("kind", "work")),
-                        **optional)
 
 
 def run_command(client: ScheduleClient, op: str, args: Any, command_id: uuid.UUID | None = None) -> Any:
