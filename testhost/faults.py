@@ -13,6 +13,7 @@ import psycopg
 
 from barriers import Barrier
 
+from . import commands
 from .world import DB_CRASH, NETWORK
 
 if TYPE_CHECKING:
@@ -255,18 +256,12 @@ class DbCrash:
         run.world.cluster.restart()
         injection.details["crash_durability"] = (
             {"not_compared": "another processor was running beside the crashed one"} if before is None
-            else {"rows": sum(len(r) for r in before.values()), "changed": _rows_changed(before, _protocol_rows(run))})
+            else {"rows": sum(len(r) for r in before.values()), "changed": commands.changed(before, _protocol_rows(run))})
 
 
 def _protocol_rows(run) -> dict[str, set[str]]:
-    from .commands import rows
     with run.owner() as conn:
-        return rows(conn)
-
-
-def _rows_changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict:
-    from .commands import changed
-    return changed(before, after)
+        return commands.rows(conn)
 
 
 class Pause:

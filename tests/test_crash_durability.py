@@ -73,3 +73,13 @@ def test_an_asynchronous_commit_loses_a_reported_fact_and_fails_naming_the_rule_
     assert code == 1 and case["verdict"] == "fail" and not lost["ok"]
     assert "What was committed before the crash stays." in lost["rule"]
     assert {e["table"] for e in lost["evidence"]}, lost["evidence"]
+
+
+def test_a_crash_while_two_processors_race_is_not_compared_and_says_why(tmp_path):
+    raced = "two-processors-race/schedule-decision-after-commit/db-crash/1"
+    code, report = certify(Options(cases=[raced], jobs=2, report_dir=tmp_path, progress=lambda line: None))
+    case = next(c for c in report["cases"] if c["id"] == raced)
+    assert code == 0 and case["verdict"] == "pass", case["reason"]
+    check = _durability(case)
+    assert check["ok"] and check["rows"] == 0
+    assert check["evidence"] == [{"not_compared": "another processor was running beside the crashed one"}]
