@@ -77,10 +77,24 @@ def build(*, suite_version: str, implementation: dict, environment: dict, run: d
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}
 
 
+def encode(report: dict) -> str:
+    """The report as JSON text: one top-level field per line, and one case per line of `cases`, so a case reads
+    (and greps, and diffs) as a line while the whole encodes at the C encoder's speed (an indented dump of a full
+    matrix's report took a second of the run's end, this a fifth of it)."""
+    fields = []
+    for key, value in report.items():
+        if key == "cases" and isinstance(value, list) and value:
+            body = ",\n".join(json.dumps(case, default=str) for case in value)
+            fields.append(f"{json.dumps(key)}: [\n{body}\n]")
+        else:
+            fields.append(f"{json.dumps(key)}: {json.dumps(value, default=str)}")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
 def write(report: dict, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.json"
-    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    path.write_text(encode(report))
     return path
 
 

@@ -46,10 +46,36 @@ def select(scenarios: list[Scenario], pattern: "str | Iterable[str] | None") -> 
     return [s for s in scenarios if matches(s.name, pattern)]
 
 
+RESPONSE = "response"  # an answer in a barrier sequence: the request before it ended there
+
+
 def barrier_sequence(timeline: list[dict]) -> list[tuple[int, str, str, str | None]]:
-    """A fault-free run's barriers in order: (position in its timeline, instance, barrier, schedule_id)."""
-    return [(position, e.get("instance"), e["name"], (e.get("context") or {}).get("schedule_id"))
-            for position, e in enumerate(timeline) if e.get("event") == "barrier"]
+    """A fault-free run's barriers and answers in order: (position in its timeline, instance, barrier or
+    RESPONSE, schedule_id)."""
+    return [(position, e.get("instance"), e["name"] if e.get("event") == "barrier" else RESPONSE,
+             (e.get("context") or {}).get("schedule_id"))
+            for position, e in enumerate(timeline) if e.get("event") in ("barrier", RESPONSE)]
+
+
+def _single_processor(sequence: list) -> bool:
+    return bool(sequence) and len({instance for _, instance, name, _ in sequence if name != RESPONSE}) == 1
+
+
+def _after_hit(sequence: list, barrier: str, hit: int) -> tuple | None:
+    """What the fault-free run did next after this hit of the barrier (None: nothing, or no such hit)."""
+    hits = [i for i, entry in enumerate(sequence) if entry[2] == barrier]
+    if hit > len(hits) or hits[hit - 1] + 1 == len(sequence):
+        return None
+    return sequence[hits[hit - 1] + 1]
+
+
+def ends_request(sequence: list, barrier: str, hit: int) -> bool:
+    """True when this hit was the last barrier of its request in the fault-free run (its answer came next), with one
+    processor only: after it the implementation touches the store again only in a later request."""
+    if not _single_processor(sequence):
+        return False
+    after = _after_hit(sequence, barrier, hit)
+    return after is not None and after[2] == RESPONSE
 
 
 def same_state_twin(plugin, sequence: list, barrier: str, hit: int, planned_hits) -> str | None:
@@ -57,7 +83,7 @@ def same_state_twin(plugin, sequence: list, barrier: str, hit: int, planned_hits
     same state and the fault-free run went from one to the next with nothing between (no step, no answer, no other
     instance's barrier), for the same schedule; the furthest such hit that is planned itself, or None."""
     pairs = getattr(plugin, "same_state_as", None)
-    if not pairs or not sequence or len({instance for _, instance, _, _ in sequence}) > 1:
+    if not pairs or not _single_processor(sequence):
         return None  # processors racing interleave by timing: the plan must not depend on it
     seen: dict[str, int] = {}
     numbered = []
@@ -77,6 +103,23 @@ def same_state_twin(plugin, sequence: list, barrier: str, hit: int, planned_hits
         if after[4] in planned_hits(after[2]):
             twin = f"{after[2]} hit {after[4]}"
     return twin
+
+
+def lease_spent(plugin, sequence: list, barrier: str, hit: int) -> bool:
+    """True when the plugin says a fault at this barrier matters only while the lease it follows is still in use,
+    and the fault-free run wrote nothing more under that lease after this hit: next came an answer, another
+    schedule's barrier, a new claim, or nothing (one processor only: a race's interleaving is timing)."""
+    if barrier not in getattr(plugin, "lease_spent_at", ()) or not _single_processor(sequence):
+        return False
+    hits = [i for i, entry in enumerate(sequence) if entry[2] == barrier]
+    if hit > len(hits):
+        return False
+    after = _after_hit(sequence, barrier, hit)
+    schedule = sequence[hits[hit - 1]][3]
+    return after is None or after[2] in (RESPONSE, *CLAIM_BARRIERS) or after[3] != schedule
+
+
+CLAIM_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit")
 
 
 def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults: dict, *,
@@ -135,6 +178,18 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
                         skipped.append(Skipped(scenario.name, b.name, name,
                                                f"hit {hit}: {name} here leaves the state {name} at {twin} leaves "
                                                f"(nothing between them in the fault-free run), which is planned"))
+                        continue
+                    at_end = getattr(plugin, "request_end_scenarios", None)
+                    if at_end and is_builtin(scenario) and scenario.name not in at_end \
+                            and ends_request(sequence, b.name, hit):
+                        skipped.append(Skipped(scenario.name, b.name, name,
+                                               f"hit {hit}: the last barrier of its request in the fault-free run: "
+                                               f"{plugin.request_end_because}; planned there in "
+                                               f"{', '.join(at_end)} only"))
+                        continue
+                    if lease_spent(plugin, sequence, b.name, hit):
+                        skipped.append(Skipped(scenario.name, b.name, name,
+                                               f"hit {hit}: {plugin.lease_spent_because}"))
                         continue
                     for r in range(1, repeat + 1):
                         plans.append(CasePlan(scenario.name, b.name, name, hit, r))

@@ -13,7 +13,9 @@ import psycopg
 
 from barriers import Barrier
 
-from . import commands
+# checks before commands: checks.py imports commands at its end, so the rules register in one order whichever of
+# the two is imported first (PROTOCOL.md lists them in that order).
+from . import checks as _checks, commands  # noqa: F401
 from .world import DB_CRASH, NETWORK
 
 if TYPE_CHECKING:
@@ -21,6 +23,12 @@ if TYPE_CHECKING:
     from .runner import CaseRun
 
 PROCESSOR_TRANSACTIONS = {"dispatcher claim", "scoped decision", "scoped bridge"}
+# Built-in scenarios that between them meet every transaction kind in every situation the catalog builds: where a
+# fault adds the same thing whatever the scenario (a crash, a pause inside a transaction, a kill or a cut after a
+# request's last commit), the built-in catalog plans it in these only.
+DB_CRASH_SCENARIOS = ("at-single", "every-anchored", "held-slot", "coalesce-terminal-callback",
+                      "max-schedules-crash-middle", "two-processors-race", "link-conflict",
+                      "generation-update-supersedes", "delete-with-pending", "epoch-release")
 
 
 @dataclass
@@ -106,7 +114,9 @@ class Kill:
                "fault-free run went from `schedule-claim-after-commit` straight to `schedule-decision-before-commit` "
                "of the same schedule, or from `schedule-decision-after-commit` through `schedule-work-after-acceptance` "
                "to `schedule-bridge-before-commit`, with nothing between (and no second processor in the run), the "
-               "kill is planned at the later barrier only")
+               "kill is planned at the later barrier only. At the last barrier of a request (its answer came next in "
+               "your fault-free run) the built-in catalog plans it in " + ", ".join(f"`{s}`" for s in DB_CRASH_SCENARIOS)
+               + " only")
     expects = ("nothing of you survives; a fresh copy recovers: a transaction open at the barrier is aborted, one "
                "committed there stays committed")
     # A killed process leaves only what committed. Nothing commits between these barriers and the next one of the
@@ -117,6 +127,9 @@ class Kill:
         "schedule-decision-after-commit": ("schedule-work-after-acceptance", "schedule-bridge-before-commit"),
         "schedule-work-after-acceptance": ("schedule-bridge-before-commit",),
     }
+    request_end_scenarios = DB_CRASH_SCENARIOS
+    request_end_because = ("everything the request writes had committed, so a kill there adds a restart on a store in "
+                           "its fault-free state and a lost answer, whatever the scenario")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None
@@ -129,7 +142,13 @@ class Kill:
 
 class Disconnect:
     name, needs = "disconnect", (NETWORK,)
-    summary = "every proxied connection is reset; your process goes on"
+    summary = ("every proxied connection is reset; your process goes on. At the last barrier of a request (its answer "
+               "came next in your fault-free run) the built-in catalog plans it in "
+               + ", ".join(f"`{s}`" for s in DB_CRASH_SCENARIOS) + " only")
+    request_end_scenarios = DB_CRASH_SCENARIOS
+    request_end_because = ("everything the request writes had committed, so a cut there adds only a next request "
+                           "(the recovery's pass) through dead connections to a store in its fault-free state, "
+                           "whatever the scenario")
     expects = "notice the dead connection on its next use, roll back and retry after rollback (bounded), or answer"
 
     def applies(self, barrier: Barrier) -> str | None:
@@ -225,11 +244,6 @@ class LostCommitReply:
 # delete with a pending occurrence and a fenced epoch. Everywhere else a db-crash case cost what a kill and a
 # disconnect there cost together (a restart, every session of the world made again) for the same two paths: with
 # it in every scenario it took 30% of the matrix's CPU (docs/crash-matrix.md, "Where db-crash is planned").
-DB_CRASH_SCENARIOS = ("at-single", "every-anchored", "held-slot", "coalesce-terminal-callback",
-                      "max-schedules-crash-middle", "two-processors-race", "link-conflict",
-                      "generation-update-supersedes", "delete-with-pending", "epoch-release")
-
-
 class DbCrash:
     name, needs = "db-crash", (DB_CRASH,)
     summary = ("PostgreSQL is killed (postmaster and every backend) and restarted on the same data directory; the "
@@ -269,7 +283,10 @@ class Pause:
 
     name, needs = "pause", ()
     summary = ("processor barriers only: SIGSTOP to your group, the server clock moved past your lease, a second "
-               "copy of your command drains everything due, then SIGCONT and the reply")
+               "copy of your command drains everything due, then SIGCONT and the reply. Not planned at "
+               "`schedule-decision-after-commit` or `schedule-link-after-commit` where your fault-free run wrote "
+               "nothing more under that lease (its next "
+               "barrier was another schedule's or a new claim, or the answer came next): nothing is left to take over")
     expects = ("stopped inside a transaction you still hold its row locks and may commit; stopped between "
                "transactions, your next transaction for that schedule finds another dispatch revision and writes "
                "nothing (`late-writes-fenced`)")
@@ -285,6 +302,15 @@ class Pause:
                          "(`stall` does that); another processor draining beside a held lock and a commit after the "
                          "lease expired belong to the barrier's transaction kind, and these scenarios meet every kind")
     builtin_only = True
+    # After its link commits (or a decision that materialized nothing) a processor is done with that lease. When it
+    # then writes nothing more under it (the fault-free run's next barrier is another schedule's, a new claim, or
+    # none), there is nothing for a takeover to take over and no late write to fence: in the whole matrix's 49
+    # pauses after a link, the takeover claimed the paused schedule 0 times. Such a pause is planned only where the
+    # same lease is still used afterwards.
+    lease_spent_at = ("schedule-decision-after-commit", "schedule-link-after-commit")
+    lease_spent_because = ("after this commit the fault-free run wrote nothing more under the lease (its next "
+                           "barrier is another schedule's, a new claim, or none): a takeover finds nothing to take over "
+                           "and there is no late write to fence")
 
     def applies(self, barrier: Barrier) -> str | None:
         return None if barrier.transaction in PROCESSOR_TRANSACTIONS else "only a processor holds a lease to lose"

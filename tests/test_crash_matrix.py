@@ -27,8 +27,11 @@ def test_slice_every_barrier_times_every_fault_passes(tmp_path):
     # a kill whose twin (the same durable state, later in the run) is planned stands for it, and the report says so
     twins = {(s["barrier"], s["fault"]) for s in report["run"]["skipped"] if "leaves the state" in s["reason"]}
     assert twins and {f for _, f in twins} == {"kill"}
+    # a pause after the lease's last write has nothing to take over: skipped, and the report says so
+    spent = {(s["barrier"], s["fault"]) for s in report["run"]["skipped"] if "nothing more under the lease" in s["reason"]}
+    assert spent and {f for _, f in spent} == {"pause"}
     ran = {(c["barrier"], c["fault"]) for c in faulted}
-    assert ran <= wanted and ran | twins == wanted, sorted(wanted - ran - twins)
+    assert ran <= wanted and ran | twins | spent == wanted, sorted(wanted - ran - twins - spent)
     for case in faulted:
         names = {check["name"] for check in case["checks"]}
         assert {"planned-fault-fired", "crash-equivalence", "scenario-expectations",

@@ -133,3 +133,52 @@ def test_a_kill_is_planned_once_per_durable_state_and_only_where_nothing_came_be
     # without a fault-free sequence (a run that failed, explore's own plans) everything is planned
     plain, _ = expand([scenario], census, FAULTS, fault="kill")
     assert len(plain) == len(PASS)
+
+
+def _planned(scenario_name, fault, timeline, scenario=None):
+    scenario = scenario or next(s for s in load_catalog() if s.name == scenario_name)
+    census = {scenario.name: {name: 1 for name in PASS}}
+    from scenarios.matrix import barrier_sequence
+
+    plans, skipped = expand([scenario], census, FAULTS, fault=fault,
+                            sequences={scenario.name: barrier_sequence(timeline)})
+    return {p.barrier for p in plans}, {s.barrier: s.reason for s in skipped}
+
+
+def test_a_pause_after_a_link_is_planned_only_where_the_lease_is_still_used_afterwards():
+    link = "schedule-link-after-commit"
+    answered = _timeline(*PASS, gap_after=len(PASS) - 1)
+    planned, reasons = _planned("at-single", "pause", answered)
+    assert link not in planned and "nothing more under the lease" in reasons[link]
+    assert "schedule-claim-after-commit" in planned  # between transactions elsewhere: still planned
+    # the next barrier another schedule's, or a new claim of the same schedule: the lease is spent too
+    for after in (_timeline(PASS[0], schedule="s2")[1:], _timeline(PASS[0])[1:]):
+        assert link not in _planned("at-single", "pause", _timeline(*PASS) + after)[0]
+    # a second occurrence bridged under the same lease: the takeover has something to take over, so planned
+    second = _timeline(*PASS) + _timeline(*PASS[4:])[1:]
+    assert link in _planned("at-single", "pause", second)[0]
+    # two processors: interleaving is timing, everything planned
+    raced = answered + _timeline(PASS[0], instance="B")[1:]
+    assert link in _planned("at-single", "pause", raced)[0]
+    # without a fault-free sequence nothing is cut
+    scenario = next(s for s in load_catalog() if s.name == "at-single")
+    plain, _ = expand([scenario], {"at-single": {name: 1 for name in PASS}}, FAULTS, fault="pause")
+    assert link in {p.barrier for p in plain}
+
+
+def test_a_kill_or_cut_at_the_last_barrier_of_a_request_is_planned_in_the_crash_scenarios_only():
+    from scenarios.model import parse
+    from testhost.faults import DB_CRASH_SCENARIOS
+
+    link = "schedule-link-after-commit"
+    answered = _timeline(*PASS, gap_after=len(PASS) - 1)
+    assert "after-single" not in DB_CRASH_SCENARIOS and "at-single" in DB_CRASH_SCENARIOS
+    for fault in ("kill", "disconnect"):
+        planned, reasons = _planned("after-single", fault, answered)
+        assert link not in planned and "last barrier of its request" in reasons[link], fault
+        assert "at-single" in reasons[link]
+        assert link in _planned("at-single", fault, answered)[0]  # one of the scenarios that meet every kind
+        assert link in _planned("after-single", fault, _timeline(*PASS))[0]  # the request went on: planned
+        # a team's own scenario gets it wherever it is
+        source = next(s for s in load_catalog() if s.name == "after-single").source
+        assert link in _planned(None, fault, answered, scenario=parse("team-after", source))[0]

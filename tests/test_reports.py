@@ -355,3 +355,13 @@ def test_merge_refuses_shards_that_planned_different_matrices(reference_report, 
     assert str(parts[0]) in str(refused.value) and str(parts[1]) in str(refused.value)
     assert "d" * 64 in str(refused.value) and "e" * 64 in str(refused.value)
 
+
+
+def test_report_json_holds_one_case_per_line_and_reads_back_equal(mutant_report, tmp_path):
+    report = json.loads((mutant_report / "report.json").read_text())
+    lines = (mutant_report / "report.json").read_text().splitlines()
+    case_lines = [line for line in lines if line.startswith('{"id": ')]
+    assert len(case_lines) == len(report["cases"]) > 1
+    assert [json.loads(line.rstrip(","))["id"] for line in case_lines] == [c["id"] for c in report["cases"]]
+    written = write({**report, "cases": []}, tmp_path / "empty")
+    assert json.loads(written.read_text()) == {**report, "cases": []}
