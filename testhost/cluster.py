@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -155,9 +156,26 @@ class Cluster:
             return
         self._process = self.pid = None
 
+    def discard(self) -> None:
+        """Kill the server for good (a throwaway world needs no checkpoint on the way out) and remove the System V
+        segment its postmaster made, which a killed postmaster leaves behind: the kernel holds 4096 (`shmmni`), and
+        a world per run (three per certify, dozens per test suite) used them up on a machine that ran for a day,
+        after which no server could start (\"could not create shared memory segment: No space left on device\")."""
+        segment = self.segment_id()
+        self.crash()
+        if segment is not None:
+            remove_segment(segment)
+
+    def segment_id(self) -> int | None:
+        """The System V shared memory id the running postmaster recorded (postmaster.pid, line 7: key and id)."""
+        try:
+            return int((self.datadir / "postmaster.pid").read_text().splitlines()[6].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
     def destroy(self) -> None:
         if self.pid is not None:
-            self.crash()
+            self.discard()
         shutil.rmtree(self.datadir, ignore_errors=True)
 
     # -- access ------------------------------------------------------------------------------------
@@ -169,3 +187,44 @@ class Cluster:
     def server_version(self) -> str:
         with psycopg.connect(self.dsn()) as conn:
             return conn.execute("show server_version").fetchone()[0]
+
+
+_IPC_RMID = 0
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def remove_segment(shmid: int) -> bool:
+    """shmctl(IPC_RMID) on one segment; False when it is gone already or not ours to remove."""
+    return _libc.shmctl(ctypes.c_int(shmid), _IPC_RMID, None) == 0
+
+
+def sweep_stale_segments(uid: int, table: Path = Path("/proc/sysvipc/shm")) -> int:
+    """Remove the server user's segments that no process holds and whose creating postmaster is gone: what a
+    postmaster killed outside the harness's teardown (an interrupted run, a killed test) left. A live cluster's
+    segment is attached (its postmaster and backends hold it); a crashed world's is recycled or made afresh by
+    its restart, so removing an unattached one costs nothing. Returns how many went."""
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:
+        return 0
+    removed = 0
+    for line in lines:
+        fields = line.split()
+        try:
+            shmid, creator, attached, owner = int(fields[1]), int(fields[4]), int(fields[6]), int(fields[7])
+        except (IndexError, ValueError):
+            continue
+        if owner != uid or attached != 0 or _alive(creator):
+            continue
+        removed += remove_segment(shmid)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -12,7 +12,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .clock import NoClock, ServerClock
-from .cluster import Cluster
+from .cluster import Cluster, sweep_stale_segments
 from .components import find_libfaketime, find_postgres
 from .errors import ComponentMissing, TestHostError
 from .processes import is_alive, kill_tree
@@ -79,6 +79,8 @@ class World:
                                    environment=ServerClock.environment(libfaketime, self.clock.path,
                                                                        self.clock_cache_seconds),
                                    tie_to_parent=self.tie_to_parent)
+            if user.is_switch:  # the project's own server account: its unattached segments are garbage
+                sweep_stale_segments(user.uid)
             self.cluster.create().start()
             self._start_network(f"127.0.0.1:{self.cluster.port}")
         except BaseException:
@@ -104,7 +106,7 @@ class World:
         if self.toxiproxy is not None:
             self.toxiproxy.stop()
         if self.cluster is not None:
-            self.cluster.crash()  # a throwaway world: no checkpoint needed on the way out
+            self.cluster.discard()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         self.toxiproxy = self.proxy = self.cluster = None
@@ -113,7 +115,7 @@ class World:
         """The hard teardown of an interrupted run: kill the servers and remove the folder, asking nothing of
         them (the thread that talks to them was interrupted mid-case)."""
         for stop in ((self.toxiproxy.stop if self.toxiproxy is not None else None),
-                     (self.cluster.crash if self.cluster is not None else None)):
+                     (self.cluster.discard if self.cluster is not None else None)):
             if stop is not None:
                 try:
                     stop()

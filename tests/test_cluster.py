@@ -332,3 +332,54 @@ def test_a_copied_store_holds_the_rows_and_grants_of_its_original_and_lives_apar
         for store in (copy, original):
             if store is not None:
                 store.drop()
+
+
+def _segments() -> dict[int, dict]:
+    rows = open("/proc/sysvipc/shm").read().splitlines()[1:]
+    return {int(f[1]): {"cpid": int(f[4]), "nattch": int(f[6]), "uid": int(f[7])} for f in (r.split() for r in rows)}
+
+
+def test_a_world_going_down_takes_its_postmasters_segment_with_it():
+    from testhost.world import World
+
+    world = World("segment").up()
+    try:
+        segment = world.cluster.segment_id()
+        assert segment in _segments() and _segments()[segment]["nattch"] >= 1  # the live server holds it
+        world.cluster.crash()  # a crash alone leaves it (a restart recycles it): what the teardown must not do
+        assert segment in _segments() and _segments()[segment]["nattch"] == 0
+        world.cluster.start()
+        restarted = world.cluster.segment_id()
+        assert segment not in _segments() or segment == restarted  # the restart recycled the crashed one
+    finally:
+        world.down()
+    assert restarted not in _segments()
+
+
+def test_the_sweep_removes_only_unattached_segments_whose_creator_is_gone(tmp_path):
+    import ctypes
+    import subprocess
+
+    from testhost.cluster import sweep_stale_segments
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = [libc.shmget(0, 56, 0o1000 | 0o600) for _ in range(4)]  # IPC_PRIVATE, IPC_CREAT
+    assert all(m >= 0 for m in made), ctypes.get_errno()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid nobody holds any more
+    me = os.geteuid()
+    header = "       key      shmid perms size  cpid  lpid nattch   uid   gid  cuid  cgid atime dtime ctime rss swap\n"
+    rows = [(made[0], gone.pid, 0, me),       # a killed postmaster's leftover: removed
+            (made[1], gone.pid, 1, me),       # still attached: kept
+            (made[2], os.getpid(), 0, me),    # its creator lives (a server starting up): kept
+            (made[3], gone.pid, 0, me + 1)]   # another account's: kept
+    table = tmp_path / "shm"
+    table.write_text(header + "".join(f"0 {m} 600 56 {cpid} 0 {n} {uid} 0 {uid} 0 0 0 0 4096 0\n"
+                                      for m, cpid, n, uid in rows))
+    try:
+        assert sweep_stale_segments(me, table) == 1
+        assert made[0] not in _segments() and all(m in _segments() for m in made[1:])
+        assert sweep_stale_segments(me, tmp_path / "absent") == 0  # no table (another kernel): nothing happens
+    finally:
+        for m in made[1:]:
+            libc.shmctl(m, 0, None)
