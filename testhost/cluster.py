@@ -174,8 +174,7 @@ class Cluster:
             return None
 
     def destroy(self) -> None:
-        if self.pid is not None:
-            self.discard()
+        self.discard()  # also after a crash: the pid file still names the segment the killed postmaster left
         shutil.rmtree(self.datadir, ignore_errors=True)
 
     # -- access ------------------------------------------------------------------------------------
