@@ -106,7 +106,10 @@ def test_barriers_and_scenarios_list_the_catalogs(home):
 def test_scenarios_matrix_lists_cases_and_every_skip_with_its_reason(home):
     result = _run(home, "scenarios", "--matrix", "--scenario", "anomaly-suspends")
     assert result.returncode == 0, result.stderr
-    assert "case anomaly-suspends/schedule-decision-after-commit/pause/1" in result.stdout
+    assert "case anomaly-suspends/schedule-claim-after-commit/pause/1" in result.stdout
+    # its decision suspends the schedule and the pass answers: a pause there has no lease left to take over
+    assert ("skip anomaly-suspends/schedule-decision-after-commit/pause: hit 1: after this commit the fault-free run "
+            "wrote nothing more under the lease") in result.stdout
     assert ("skip anomaly-suspends/schedule-link-after-commit/*: the fault-free run of anomaly-suspends never "
             "reaches schedule-link-after-commit") in result.stdout
     assert ("skip anomaly-suspends/schedule-decision-after-commit/lost-commit-reply: only a before-commit barrier "
