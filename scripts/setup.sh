@@ -24,9 +24,19 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-# libfaketime moves the server clock; it is preloaded into the postmaster.
-if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+# libfaketime moves the server clock; its thread-safe build is preloaded into the postmaster.
+if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
     apt_install libfaketime
+fi
+
+# A C compiler: a test builds a small program to show the server clock's library survives a signal handler that
+# reads the clock (tests/test_clock.py). Certifying needs none, so without root this is a warning.
+if ! command -v cc >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+        apt_install gcc libc6-dev
+    else
+        say "warning: no C compiler: tests/test_clock.py cannot build its signal-handler program (sudo apt-get install gcc)"
+    fi
 fi
 
 # Headless Chromium and its driver: the HTML report's tests and benchmark open the page in a real browser.

@@ -90,9 +90,15 @@ def find_postgres(candidates: list[tuple[str, Path]] | None = None) -> PostgresI
 
 
 def find_libfaketime() -> Path:
-    """libfaketime.so.1, preloaded into the postmaster to move the server clock."""
+    """libfaketime's thread-safe build (libfaketimeMT.so.1, the same Debian package), preloaded into the postmaster
+    to move the server clock; the plain build only where that one is missing."""
     override = os.environ.get("CRASHPROOF_LIBFAKETIME")
-    paths = [override] if override else sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    # With FAKETIME_NO_CACHE every clock call reads the offset file with fopen, which is not async-signal-safe, and
+    # PostgreSQL's SIGALRM handler reads the clock: an alarm landing inside that read deadlocks the backend for good
+    # (glibc's stream-list lock, held by the interrupted fopen). The MT build blocks signals while it reads, so the
+    # handler runs after it. tests/test_clock.py reproduces the deadlock with the plain build and not with this one.
+    paths = [override] if override else (sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+                                         + sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")))
     for path in paths:
         if path and Path(path).is_file():
             return Path(path)

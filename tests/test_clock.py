@@ -141,3 +141,66 @@ def test_a_frozen_clock_stands_on_a_whole_second(fresh_world):
     with pytest.raises(ValueError, match="whole second"):
         fresh_world.clock.freeze(datetime(2031, 3, 3, 0, 1, 0, 500, tzinfo=timezone.utc))
     assert not fresh_world.clock.frozen
+
+
+# A process whose SIGALRM handler reads the clock while its main loop reads it too: PostgreSQL's timeout handler
+# does exactly that (GetCurrentTimestamp), and its timers (the idle statistics flush, lock waits) fire while a
+# backend runs statements.
+ALARM_PROGRAM = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <sys/time.h>
+static void on_alarm(int s) { struct timeval tv; (void)s; gettimeofday(&tv, 0); }
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, 0);
+    struct itimerval it = {{0, 50}, {0, 50}};
+    setitimer(ITIMER_REAL, &it, 0);
+    for (long i = 0; i < 100000; i++) { struct timeval tv; gettimeofday(&tv, 0); }
+    puts("done");
+    return 0;
+}
+"""
+
+
+def _alarm_program(tmp_path):
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "this test builds a small C program: install a C compiler (make setup installs gcc)"
+    source = tmp_path / "alarm.c"
+    source.write_text(ALARM_PROGRAM)
+    subprocess.run([compiler, "-O1", "-o", str(tmp_path / "alarm"), str(source)], check=True)
+    (tmp_path / "offset").write_text("+0\n")
+    return tmp_path / "alarm"
+
+
+def _run_under(library, program, offset, timeout):
+    import subprocess
+
+    env = {"LD_PRELOAD": str(library), "FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1",
+           "PATH": "/usr/bin:/bin"}
+    try:
+        return subprocess.run([str(program)], env=env, capture_output=True, text=True, timeout=timeout).stdout
+    except subprocess.TimeoutExpired:
+        return "hung"
+
+
+def test_the_server_clock_library_survives_a_signal_handler_that_reads_the_clock(tmp_path):
+    from testhost.components import find_libfaketime
+
+    program = _alarm_program(tmp_path)
+    chosen = find_libfaketime()
+    assert chosen.name == "libfaketimeMT.so.1"
+    assert _run_under(chosen, program, tmp_path / "offset", 60).strip() == "done"
+    # the plain build deadlocks there (the handler's fopen waits for the lock the interrupted fopen holds):
+    # the hazard the choice exists for
+    plain = chosen.with_name("libfaketime.so.1")
+    assert plain.is_file() and _run_under(plain, program, tmp_path / "offset", 10) == "hung"
+
+
+def test_the_worlds_postmaster_preloads_the_thread_safe_build(world):
+    maps = open(f"/proc/{world.cluster.pid}/maps").read()
+    assert "libfaketimeMT.so.1" in maps and "/libfaketime.so.1" not in maps
