@@ -345,6 +345,11 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
         if op == "advance" and args["seconds"] < 0:
             # Set back, the clock gets a pass and comes forward again at once: checks that order server timestamps
             # across steps (an update's acceptance after a materialization) read them on a clock that never went back.
+            if drawn.on("complete-work") and drawn.created and draw(st.booleans()):
+                # A Work made terminal while the clock is behind requeues its schedule: the pass then claims it with
+                # a cutoff behind the cursor, which decides nothing (and must not suspend).
+                steps.append({"op": "complete-work", "schedule": draw(st.sampled_from(drawn.created)),
+                              "state": draw(st.sampled_from(TERMINAL_STATES)), "nth": 1})
             steps.append({"op": "process"})
             steps.append({"op": "advance", "seconds": -args["seconds"]})
             drawn.now -= args["seconds"]
