@@ -68,6 +68,7 @@ class Drawn:
     held: set[str] = field(default_factory=set)  # schedules whose first Work was moved to a non-terminal state
     grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # an anchored Every: (anchor s, interval s)
     header: dict = field(default_factory=dict)  # the scenario file's own fields the program needs
+    planted: set = field(default_factory=set)  # (schedule, At seconds) a foreign Work holds the key of already
 
     def live(self) -> list[str]:
         return [name for name in self.created if name not in self.deleted]
@@ -274,10 +275,13 @@ def _complete_work(draw, drawn: Drawn) -> dict | None:
 
 def _plant_work(draw, drawn: Drawn, name: str | None = None) -> dict | None:
     # Only while its instant is ahead: the key of an occurrence already materialized is the occurrence's own.
-    planted = [name for name in drawn.live() if name in drawn.at and drawn.at[name] > drawn.now]
+    # Once per key: the Work store refuses a second Work under a key a Work holds.
+    planted = [name for name in drawn.live() if name in drawn.at and drawn.at[name] > drawn.now
+               and (name, drawn.at[name]) not in drawn.planted]
     if not planted:
         return None
     name = name if name in planted else draw(st.sampled_from(planted))
+    drawn.planted.add((name, drawn.at[name]))
     return {"schedule": name, "first": _time(drawn.at[name])}
 
 

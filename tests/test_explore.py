@@ -88,6 +88,8 @@ def test_a_drawn_program_with_its_header_is_a_valid_scenario_file(program):
             assert (step["expect"], step.get("rule")) == (("any", None) if epoch else ("fail", RELEASE_REFUSED))
         if step["op"] == "set-clock":
             assert step["freeze"] and steps[steps.index(step) + 1]["op"] == "process"
+        if step["op"] == "plant-work":  # one foreign Work per key: the Work store refuses a second
+            assert sum(s == step for s in steps) == 1
         if "revoke" in step or step.get("processor") == "B":
             assert steps[steps.index(step) + 1] == {"op": "advance", "seconds": 3}  # its leases expire first
         if step.get("stale_revision") or step.get("schedule") == "dup":
