@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -30,6 +31,25 @@ def _start_failure(log: str) -> str:
         return messages[-1] if messages else "no output"
     first, last = complaints[0], complaints[-1]
     return first if first == last else f"{first}; {last}"
+
+
+_IPC_RMID = 0
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def shared_memory_id(datadir: Path) -> int | None:
+    """The System V segment a postmaster's lock file names (its seventh line: the key and the id), if any."""
+    try:
+        lines = (datadir / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return None
+    fields = lines[6].split() if len(lines) > 6 else []
+    return int(fields[1]) if len(fields) == 2 and fields[1].isdigit() else None
+
+
+def remove_shared_memory(shmid: int) -> bool:
+    """Mark the segment for removal (the kernel frees it once nothing is attached); False when it is gone."""
+    return _libc.shmctl(ctypes.c_int(shmid), _IPC_RMID, None) == 0
 
 
 class Cluster:
@@ -158,6 +178,12 @@ class Cluster:
     def destroy(self) -> None:
         if self.pid is not None:
             self.crash()
+        # A postmaster killed (a crash, a start that timed out) leaves its System V segment behind; a restart on
+        # the same data directory reuses it, but once the directory is gone nothing ever would, and the kernel's
+        # limit of segments (kernel.shmmni, 4096) then fails every cluster of the machine at start-up.
+        shmid = shared_memory_id(self.datadir)
+        if shmid is not None:
+            remove_shared_memory(shmid)
         shutil.rmtree(self.datadir, ignore_errors=True)
 
     # -- access ------------------------------------------------------------------------------------
