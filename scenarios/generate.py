@@ -225,6 +225,9 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
             step["lease_owner"] = draw(st.sampled_from((" ", "owner\u0007", "\t")))
         step.update(expect="fail", rule=CLAIM_LIMITS)
     elif drawn.on("during") and draw(st.integers(0, 2)) == 0 and drawn.created:
+        # Beside a pass over one schedule, as the catalog's are: in a pass over two, a change that waited for the
+        # held decision may commit before the pass's next decision, an order the model does not take (31m).
+        step.pop("maximum_schedules", None)
         beside = draw(st.sampled_from(("update", "advance-scope-generation", "delete", "complete-work")))
         during: dict[str, Any] = {"barrier": draw(st.sampled_from(BESIDE_BARRIERS + (
             BESIDE_AFTER_DECISION if beside == "complete-work" else ()))), "op": beside}

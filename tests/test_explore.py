@@ -95,6 +95,8 @@ def test_a_drawn_program_with_its_header_is_a_valid_scenario_file(program):
         if step.get("stale_revision") or step.get("schedule") == "dup":
             assert step["expect"] == "fail"
         for pass_ in (step, step.get("during") or {}):
+            if "during" in pass_:
+                assert "maximum_schedules" not in pass_  # beside a pass over one schedule (protocol-notes 31m)
             if "cancel_at" in pass_ or "revoke" in pass_:
                 assert "during" not in pass_ and "expect" not in pass_
 
