@@ -315,3 +315,24 @@ def test_a_release_expecting_any_answer_may_be_refused_but_one_expecting_ok_may_
         verdicts[expect] = (outcome.verdict, outcome.reason)
     assert verdicts["any"] == ("pass", "")
     assert verdicts["ok"][0] == "fail" and "client-outcomes" in verdicts["ok"][1]
+
+
+@pytest.mark.world
+def test_a_drawn_release_with_no_epoch_advanced_expects_the_refusal_and_catches_a_release_that_clears_a_suspension(
+        world, tmp_path):
+    """The shape explore draws (31h): a clock anomaly suspends, then a release no epoch advance admits expects `fail`
+    under the release sentences; the reference refuses it, a release that clears the suspension fails that check."""
+    from mutants.catalog import BY_NAME
+
+    steps = [{"op": "create", "schedule": "s1",
+              "spec": {"kind": "every", "every_s": 60, "anchor": "+0s", "safety_window_s": 120,
+                       "target": {"command": "s1-v1"}}},
+             {"op": "advance", "seconds": 400}, {"op": "process"},
+             {"op": "release", "schedule": "s1", "expect": "fail", "rule": RELEASE_REFUSED}]
+    scenario = parse(program_name(steps), scenario_toml(steps, "drawn"))
+    reference = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path / "reference")
+    assert reference.verdict == "pass", reference.reason
+    mutant = BY_NAME["release-clears-clock-suspension"]
+    caught = run_case(world, scenario, CasePlan(scenario.name), mutant.command, tmp_path / "mutant")
+    failed = [c for c in caught.checks if not c.ok]
+    assert any(c.name == "step-outcomes" and mutant.rule in c.rule for c in failed), caught.reason
