@@ -39,7 +39,7 @@ REFUSED_CREATE = "dup"  # the schedule name of a create that repeats a command I
 # always on. Step kinds of GENERATORS are features by their op; the rest are fields of steps:
 PASS_FEATURES = ("cancel-after", "refused-lease", "during", "many-schedules")
 STEP_FEATURES = ("stale-revision", "repeat-command", "exact-anchor", "held-work", "plant-early", "quiet",
-                 "cancel-at", "revoke", "member-login", "covers-deadline")
+                 "cancel-at", "revoke", "member-login", "covers-deadline", "intervals")
 # Features that make the program fault-free (`fault_free = true`: its point is a fault-free property, as in the
 # catalog's bridge-role and cancel-after-decision), or cost wall time there: each program takes one in eight.
 # `covers-deadline` tags the program `client-deadline`: its lost COMMIT replies are held past the deadline.
@@ -69,6 +69,7 @@ class Drawn:
     grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # an anchored Every: (anchor s, interval s)
     header: dict = field(default_factory=dict)  # the scenario file's own fields the program needs
     planted: set = field(default_factory=set)  # (schedule, At seconds) a foreign Work holds the key of already
+    every: dict[str, int] = field(default_factory=dict)  # an Every schedule -> its interval in seconds
 
     def live(self) -> list[str]:
         return [name for name in self.created if name not in self.deleted]
@@ -94,6 +95,7 @@ def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
         spec["after_s"] = draw(st.sampled_from((60, 10, 300)))
     else:
         spec["every_s"] = draw(st.sampled_from((60, 30, 90)))
+        drawn.every[name] = spec["every_s"]
         anchor = draw(st.sampled_from(("+0s", None, "+7s")))
         if anchor is not None and drawn.on("exact-anchor") and draw(st.booleans()):
             anchor = "+7.123456s"  # persisted to the microsecond, never cut to the second
@@ -177,7 +179,13 @@ def _advance_epoch(draw, drawn: Drawn) -> dict:
 
 
 def _advance(draw, drawn: Drawn) -> dict:
-    seconds = draw(st.sampled_from(ADVANCES))
+    ticking = sorted(name for name in drawn.live() if name in drawn.every)
+    if drawn.on("intervals") and ticking and draw(st.booleans()):
+        # One interval of an Every (and a second): each pass after it meets one new instant, so instants fall due
+        # one by one while a Work runs, and coalesce behind it.
+        seconds = drawn.every[draw(st.sampled_from(ticking))] + 1
+    else:
+        seconds = draw(st.sampled_from(ADVANCES))
     drawn.now += seconds
     step = {"seconds": seconds}
     if seconds > 0 and drawn.on("quiet") and draw(st.integers(0, 2)) == 0:
@@ -332,7 +340,7 @@ def programs(draw, max_steps: int = 8) -> list[dict]:
 def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
     """A program and the scenario file's own fields it needs (`header`): its swarm of features drawn first."""
     drawn = Drawn(swarm=draw(swarms()) | frozenset(ALWAYS_ON))
-    weighted = tuple(op for op in _WEIGHTED if drawn.on(op))
+    weighted = tuple(op for op in _WEIGHTED if drawn.on(op)) + (("advance",) * 5 if drawn.on("intervals") else ())
     steps = [{"op": "create", **_create(draw, drawn)} for _ in range(draw(st.integers(1, 2)))]
     if drawn.on("many-schedules") and draw(st.booleans()):
         steps.append({"op": "create", **_create(draw, drawn)})  # passes over several schedules: combinations

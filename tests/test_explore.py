@@ -121,6 +121,8 @@ def _features(steps: list[dict], header: dict) -> set[str]:
         found.add("plant-early")
     if "client-deadline" in header.get("covers", []):
         found.add("covers-deadline")
+    if sum(s["op"] == "advance" and s["seconds"] == 91 for s in steps) >= 2:
+        found.add("intervals")  # 91 s, an interval of 90 s and a second, is no clock move ADVANCES holds
     return found
 
 
