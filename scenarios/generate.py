@@ -85,6 +85,8 @@ def _time(seconds: int) -> str:
 
 def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
     kind = draw(st.sampled_from(("every", "at", "after")))
+    if drawn.on("intervals") and version == 1 and not drawn.every:
+        kind = "every"  # the program's clock moves tick on an Every's grid: it has one
     spec: dict[str, Any] = {"kind": kind}
     if kind == "at":
         # After the acceptance, which a fault's recovery before this step may have moved a few seconds on.
@@ -184,8 +186,9 @@ def _advance(draw, drawn: Drawn) -> dict:
         # One interval of an Every (and a second): each pass after it meets one new instant, so instants fall due
         # one by one while a Work runs, and coalesce behind it.
         seconds = drawn.every[draw(st.sampled_from(ticking))] + 1
-    else:
-        seconds = draw(st.sampled_from(ADVANCES))
+        drawn.now += seconds
+        return {"seconds": seconds, "tick": True}  # a pass follows each tick ("tick" is not written)
+    seconds = draw(st.sampled_from(ADVANCES))
     drawn.now += seconds
     step = {"seconds": seconds}
     if seconds > 0 and drawn.on("quiet") and draw(st.integers(0, 2)) == 0:
@@ -351,7 +354,7 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
         op = draw(st.sampled_from(weighted))
         args = GENERATORS[op][1](draw, drawn)
         if args is not None:
-            steps.append({"op": op, **args})
+            steps.append({"op": op, **{k: v for k, v in args.items() if k != "tick"}})
         if op == "create" and args is not None:
             _plant_early(draw, drawn, {"op": op, **args}, steps)
         if op == "set-clock" and args is not None:
@@ -368,7 +371,7 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
             steps.append({"op": "process"})
             steps.append({"op": "advance", "seconds": -args["seconds"]})
             drawn.now -= args["seconds"]
-        elif op == "advance" and draw(st.integers(0, 3)) != 3:
+        elif op == "advance" and (args.get("tick") or draw(st.integers(0, 3)) != 3):
             steps.append({"op": "process", **_pass_fields(draw, drawn, racing=False, after_advance=True)})  # mostly
             if "revoke" in steps[-1] or steps[-1].get("processor") == "B":
                 # A denied pass leaves the leases it claimed: they expire (2 s) before the next pass or the final drain.
