@@ -182,6 +182,8 @@ class Search:
             return
         # Swarm testing for faults too: each program draws the faults it may use, so some are dense in one.
         chosen = {fault for fault in FAULTS if data.draw(st.booleans(), label=f"fault {fault}?")}
+        if "client-deadline" in header.get("covers", ()):
+            chosen = {"lost-commit-reply"}  # the cover's point: lost COMMIT replies held past the deadline
         plans = self._order(name, [plan for plan in plans if plan.fault in chosen] or plans)
         # A program's matrix has dozens of cases and its fault-free run is the cheap part: several faults each.
         for _ in range(data.draw(st.integers(1, self.profile.faults_per_program), label="faults")):
