@@ -235,6 +235,15 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
         else:
             step["lease_owner"] = draw(st.sampled_from((" ", "owner\u0007", "\t")))
         step.update(expect="fail", rule=CLAIM_LIMITS)
+    elif after_advance and drawn.on("intervals") and drawn.on("during") and drawn.every \
+            and set(drawn.every) & set(drawn.live()) and draw(st.integers(0, 2)) == 0:
+        # The first Work finishing between a tick's decision and the rest of its pass: its terminal transaction
+        # requeues the schedule for the coalesced instants behind it, and the pass must leave that requeue in place.
+        step.pop("maximum_schedules", None)
+        name = draw(st.sampled_from(sorted(set(drawn.every) & set(drawn.live()))))
+        drawn.held.discard(name)
+        step["during"] = {"barrier": BESIDE_AFTER_DECISION[0], "op": "complete-work", "schedule": name, "nth": 1,
+                          "state": draw(st.sampled_from(TERMINAL_STATES))}
     elif drawn.on("during") and draw(st.integers(0, 2)) == 0 and drawn.created:
         # Beside a pass over one schedule, as the catalog's are: in a pass over two, a change that waited for the
         # held decision may commit before the pass's next decision, an order the model does not take (31m).
