@@ -386,6 +386,11 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
                 # A denied pass leaves the leases it claimed: they expire (2 s) before the next pass or the final drain.
                 steps.append({"op": "advance", "seconds": 3})
                 drawn.now += 3
+            if drawn.on("release") and draw(st.integers(0, 2)) == 0:
+                # An operator's release right after a pass, which may have suspended the schedule it names.
+                released = _release(draw, drawn)
+                if released is not None:
+                    steps.append({"op": "release", **released})
     if any(op in FAULT_FREE_FEATURES for op in _used(steps)):
         drawn.header["fault_free"] = True
     if drawn.on("covers-deadline"):
