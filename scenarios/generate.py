@@ -41,7 +41,7 @@ PASS_FEATURES = ("cancel-after", "refused-lease", "during", "many-schedules")
 STEP_FEATURES = ("stale-revision", "repeat-command", "exact-anchor", "held-work", "plant-early", "quiet",
                  "cancel-at", "revoke", "member-login", "covers-deadline", "intervals")
 # Features that make the program fault-free (`fault_free = true`: its point is a fault-free property, as in the
-# catalog's bridge-role and cancel-after-decision), or cost wall time there: each program takes one in eight.
+# catalog's bridge-role and cancel-after-decision), or cost wall time there: each program takes one in ten.
 # `covers-deadline` tags the program `client-deadline`: its lost COMMIT replies are held past the deadline.
 RARE_FEATURES = ("quiet", "cancel-at", "revoke", "member-login", "set-clock", "covers-deadline")
 FAULT_FREE_FEATURES = ("cancel-at", "revoke", "member-login", "set-clock")
@@ -68,7 +68,7 @@ class Drawn:
     held: set[str] = field(default_factory=set)  # schedules whose first Work was moved to a non-terminal state
     grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # an anchored Every: (anchor s, interval s)
     header: dict = field(default_factory=dict)  # the scenario file's own fields the program needs
-    planted: set = field(default_factory=set)  # (schedule, At seconds) a foreign Work holds the key of already
+    planted: set = field(default_factory=set)  # (schedule, At seconds) whose key a planted foreign Work holds
     every: dict[str, int] = field(default_factory=dict)  # an Every schedule -> its interval in seconds
 
     def live(self) -> list[str]:
