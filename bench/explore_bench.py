@@ -50,15 +50,23 @@ def mutants(names: list[str] | None = None) -> list[dict]:
     from testhost.explore import Options, explore
 
     rows = []
-    for mutant in [m for m in MUTANTS if not names or m.name in names]:
+    by_name = {m.name: m for m in MUTANTS}
+    for mutant in [by_name[name] for name in names] if names else MUTANTS:  # in the order asked (misses first)
         out = Path(tempfile.mkdtemp(prefix=f"bench-explore-{mutant.name}-"))
         started = time.monotonic()
         _, report = explore(Options(command=mutant.command, jobs=2, out=out / "found", report_dir=out / "report",
                                     migrations=migrations_dir(mutant), progress=lambda line: None))
         found = report["run"]["explore"]["found"]
         naming = [f for f in found if any(mutant.rule in c["rule"] or mutant.rule == c["name"] for c in f["checks"])]
+        # The hostile phase's finds count too: a call not refused, judged under its check's rule.
+        hostile = report["run"]["explore"]["hostile"]["found"]
+        hostile_naming = [h for h in hostile if mutant.rule in h["rule"]]
         first = (naming or found or [{}])[0]  # each job shrinks its own first failure
-        row = {"mutant": mutant.name, "found": bool(found), "rule_named": bool(naming),
+        verdicts = {c["id"]: c for c in report["cases"]}
+        why = verdicts.get(first.get("case"), {})
+        row = {"mutant": mutant.name, "found": bool(found or hostile), "rule_named": bool(naming or hostile_naming),
+               "verdict": why.get("verdict"), "reason": (why.get("reason") or "")[:160],
+               "hostile": [h["check"] for h in hostile],
                "steps_to_failure": first.get("steps_to_failure"), "examples": first.get("examples_to_failure"),
                "shrunk_to": first.get("steps"), "checks": [c["name"] for c in first.get("checks", [])],
                "case": first.get("case"), "seconds": round(time.monotonic() - started, 1)}

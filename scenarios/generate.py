@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from .steps import BESIDE_BARRIERS, STEPS
+from .steps import BESIDE_AFTER_DECISION, BESIDE_BARRIERS, CANCEL_BARRIERS, STEPS
 
 NAMES = ("s1", "s2", "s3")
 CLAIM_LIMITS = ("The function rejects blank or control-character lease owners and lease durations that are null, "
@@ -22,11 +22,33 @@ MAX_LEASE_S = 600
 # Clock moves: small and large, forward and back; 4000 s is past the default safety window of 3600 s.
 ADVANCES = (61, 1, 31, 90, 150, 400, 4000, -30, -300)
 WORK_STATES = ("succeeded", "failed", "canceled", "running", "retrying", "suspended")
+HELD_STATES = ("running", "retrying", "suspended")  # non-terminal: the Work keeps its QueueOne slot
+TERMINAL_STATES = ("succeeded", "failed", "canceled")
+# Why a release is refused wherever no runtime epoch advanced before it (docs/protocol-notes.md, 31h): these
+# sentences together say a release applies to a stale-runtime-epoch fence only, whatever else suspended the schedule.
+RELEASE_REFUSED = ("Recovery release applies only to admitted stale-runtime-epoch fences. ReleaseAfterRecovery can "
+                   "release an old runtime epoch only; it cannot move the cursor or clear an evaluator/clock "
+                   "suspension. An old runtime epoch can use ReleaseAfterRecovery, which rebinds the current scope "
+                   "generation; a scope-generation-only mismatch requires a public update or delete/recreate to "
+                   "establish a new generation.")
+REFUSED_CREATE = "dup"  # the schedule name of a create that repeats a command ID: refused, no later step names it
+
+# Swarm testing (Groce et al., "Swarm Testing", ISSTA 2012): each program draws which of these features it may use,
+# so some programs are dense in one feature where a fixed distribution would dilute it, and shrinking drops the
+# features a failure does not need (a feature off is the simpler program). `create`, `advance` and `process` are
+# always on. Step kinds of GENERATORS are features by their op; the rest are fields of steps:
+PASS_FEATURES = ("cancel-after", "refused-lease", "during", "many-schedules")
+STEP_FEATURES = ("stale-revision", "repeat-command", "exact-anchor", "held-work", "plant-early", "quiet",
+                 "cancel-at", "revoke", "member-login", "covers-deadline", "intervals")
+# Features that make the program fault-free (`fault_free = true`: its point is a fault-free property, as in the
+# catalog's bridge-role and cancel-after-decision), or cost wall time there: each program takes one in ten.
+# `covers-deadline` tags the program `client-deadline`: its lost COMMIT replies are held past the deadline.
+RARE_FEATURES = ("quiet", "cancel-at", "revoke", "member-login", "set-clock", "covers-deadline")
+FAULT_FREE_FEATURES = ("cancel-at", "revoke", "member-login", "set-clock")
 
 # Step kinds explore does not draw, with the reason; a kind in neither table fails tests/test_explore.py, so a
 # new step kind is either generated or excluded on purpose.
 NOT_GENERATED = {
-    "set-clock": "`advance` draws the clock moves; a frozen clock needs a step after it that reads it",
     "snapshot": "a backup alone changes nothing; a restore drill is a scenario of its own (restore-drill)",
     "restore": "needs a snapshot before it, and rewinds the model wholesale: left to the written restore drill",
 }
@@ -40,9 +62,20 @@ class Drawn:
     deleted: set[str] = field(default_factory=set)
     at: dict[str, int] = field(default_factory=dict)  # schedule -> the seconds of its At instant (plant-work)
     now: int = 0  # where the scenario's clock stands, in seconds from T0
+    swarm: frozenset = frozenset()  # the features this program may use (all when empty)
+    epoch_advanced: bool = False  # a runtime epoch advanced before this point: a release's answer hangs on passes
+    commands: list[str] = field(default_factory=list)  # command names the creates gave (repeat-command)
+    held: set[str] = field(default_factory=set)  # schedules whose first Work was moved to a non-terminal state
+    grids: dict[str, tuple[int, int]] = field(default_factory=dict)  # an anchored Every: (anchor s, interval s)
+    header: dict = field(default_factory=dict)  # the scenario file's own fields the program needs
+    planted: set = field(default_factory=set)  # (schedule, At seconds) whose key a planted foreign Work holds
+    every: dict[str, int] = field(default_factory=dict)  # an Every schedule -> its interval in seconds
 
     def live(self) -> list[str]:
         return [name for name in self.created if name not in self.deleted]
+
+    def on(self, feature: str) -> bool:
+        return not self.swarm or feature in self.swarm
 
 
 def _time(seconds: int) -> str:
@@ -52,6 +85,8 @@ def _time(seconds: int) -> str:
 
 def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
     kind = draw(st.sampled_from(("every", "at", "after")))
+    if drawn.on("intervals") and version == 1 and not drawn.every:
+        kind = "every"  # the program's clock moves tick on an Every's grid: it has one
     spec: dict[str, Any] = {"kind": kind}
     if kind == "at":
         # After the acceptance, which a fault's recovery before this step may have moved a few seconds on.
@@ -62,9 +97,16 @@ def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
         spec["after_s"] = draw(st.sampled_from((60, 10, 300)))
     else:
         spec["every_s"] = draw(st.sampled_from((60, 30, 90)))
+        drawn.every[name] = spec["every_s"]
         anchor = draw(st.sampled_from(("+0s", None, "+7s")))
+        if anchor is not None and drawn.on("exact-anchor") and draw(st.booleans()):
+            anchor = "+7.123456s"  # persisted to the microsecond, never cut to the second
         if anchor is not None:
             spec["anchor"] = anchor
+            if "." not in anchor:
+                drawn.grids[name] = (int(anchor[1:-1]), spec["every_s"])
+        else:
+            drawn.grids.pop(name, None)
     misfire = draw(st.sampled_from((None, "skip", "run-once")))
     if misfire is not None:
         spec["misfire_policy"] = misfire
@@ -76,18 +118,32 @@ def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
 
 def _create(draw, drawn: Drawn) -> dict | None:
     free = [name for name in NAMES if name not in drawn.created]
+    if drawn.on("repeat-command") and drawn.commands and (not free or draw(st.integers(0, 2)) == 0):
+        # A command ID already accepted for another schedule: refused as a conflict, nothing created.
+        spec = _spec(draw, REFUSED_CREATE, Drawn(now=drawn.now), 1)
+        return {"schedule": REFUSED_CREATE, "spec": spec, "command": draw(st.sampled_from(drawn.commands)),
+                "expect": "fail", "problem": "command-conflict"}
     if not free:
         return None
     name = free[0]
     drawn.created.append(name)
-    return {"schedule": name, "spec": _spec(draw, name, drawn, 1)}
+    step = {"schedule": name, "spec": _spec(draw, name, drawn, 1)}
+    if drawn.on("repeat-command"):
+        step["command"] = f"create-{name}"
+        drawn.commands.append(step["command"])
+    return step
 
 
 def _update(draw, drawn: Drawn) -> dict | None:
     if not drawn.created:
         return None
     name = draw(st.sampled_from(drawn.created))
+    if name not in drawn.deleted and drawn.on("stale-revision") and draw(st.integers(0, 2)) == 0:
+        # Refused as stale: the schedule keeps its generation (the spec is drawn on a scratch copy).
+        return {"schedule": name, "spec": _spec(draw, name, Drawn(now=drawn.now), 2), "stale_revision": True,
+                "expect": "fail"}
     step = {"schedule": name, "spec": _spec(draw, name, drawn, 2)}
+    drawn.held.discard(name)
     if name in drawn.deleted:
         step.update(expect="fail", rule=DELETED_TERMINAL)
     return step
@@ -98,30 +154,80 @@ def _delete(draw, drawn: Drawn) -> dict | None:
     if not live:
         return None
     name = draw(st.sampled_from(live))
+    if drawn.on("stale-revision") and draw(st.integers(0, 2)) == 0:
+        return {"schedule": name, "stale_revision": True, "expect": "fail"}  # refused: the schedule lives on
     drawn.deleted.add(name)
     return {"schedule": name}
 
 
 def _release(draw, drawn: Drawn) -> dict | None:
     live = drawn.live()
+    if not live:
+        return None
+    step = {"schedule": draw(st.sampled_from(live))}
+    if not drawn.epoch_advanced:
+        # No runtime epoch advanced: no fence a release applies to exists in any run of the program, faulted or not.
+        step.update(expect="fail", rule=RELEASE_REFUSED)
+        if drawn.on("stale-revision") and draw(st.integers(0, 2)) == 0:
+            step["stale_revision"] = True
+        return step
     # Refused unless a pass fenced the schedule for an old runtime epoch, which a fault's recovery may do or not.
-    return {"schedule": draw(st.sampled_from(live)), "expect": "any"} if live else None
+    return {**step, "expect": "any"}
+
+
+def _advance_epoch(draw, drawn: Drawn) -> dict:
+    drawn.epoch_advanced = True
+    return {}
 
 
 def _advance(draw, drawn: Drawn) -> dict:
+    ticking = sorted(name for name in drawn.live() if name in drawn.every)
+    if drawn.on("intervals") and ticking and draw(st.booleans()):
+        # One interval of an Every (and a second): each pass after it meets one new instant, so instants fall due
+        # one by one while a Work runs, and coalesce behind it.
+        seconds = drawn.every[draw(st.sampled_from(ticking))] + 1
+        drawn.now += seconds
+        return {"seconds": seconds, "tick": True}  # a pass follows each tick ("tick" is not written)
     seconds = draw(st.sampled_from(ADVANCES))
     drawn.now += seconds
-    return {"seconds": seconds}
+    step = {"seconds": seconds}
+    if seconds > 0 and drawn.on("quiet") and draw(st.integers(0, 2)) == 0:
+        step["quiet_s"] = 1.5  # fault-free run only: a passive processor does nothing while nobody asks
+    return step
 
 
-def _pass_fields(draw, drawn: Drawn, racing: bool) -> dict:
+def _set_clock(draw, drawn: Drawn) -> dict | None:
+    """The clock frozen exactly on the next instant of an anchored Every's grid (the cutoff equals an instant)."""
+    grids = sorted(name for name in drawn.live() if name in drawn.grids)
+    if not grids:
+        return None
+    anchor, every = drawn.grids[draw(st.sampled_from(grids))]
+    ahead = drawn.now + 30  # past the wall time the steps before took: the clock is set forward, never back
+    instant = anchor + max(0, -(-(ahead - anchor) // every)) * every
+    drawn.now = instant
+    return {"at": _time(instant), "freeze": True}
+
+
+def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) -> dict:
     step: dict[str, Any] = {}
     maximum = draw(st.sampled_from((2, 1, 3)))  # passes over several schedules are where combinations live
     if maximum != 1:
         step["maximum_schedules"] = maximum
-    if draw(st.integers(0, 4)) == 0:
+    if drawn.on("cancel-after") and draw(st.integers(0, 2)) == 0:
         step["cancel_after"] = 1
-    if not racing and draw(st.integers(0, 9)) == 0:
+    # A denied or cancelled pass tests something only with something due: drawn where time has just passed.
+    if after_advance and drawn.on("revoke") and draw(st.integers(0, 2)) == 0:
+        step["revoke"] = "set-local-scope"  # judged by the bridge-role checks: no during, expect or cancel_at
+        return step
+    if after_advance and drawn.on("member-login") and draw(st.booleans()):
+        step["processor"] = "B"  # copy B logs in as a mere member of the runtime role: its bridge must refuse
+        drawn.header.setdefault("instances", {"B": {"runtime_login": "member"}})
+        return step
+    if after_advance and drawn.on("cancel-at") and "cancel_after" not in step and draw(st.booleans()):
+        step["cancel_at"] = {"barrier": draw(st.sampled_from(CANCEL_BARRIERS)),
+                             "hit": draw(st.integers(1, maximum))}
+        return step
+    if not racing and drawn.on("refused-lease") and draw(st.integers(0, 3)) == 0:
         # A lease the claim function must refuse: the generator knows the answer the spec requires.
         refused = draw(st.sampled_from(("lease_seconds", "lease_owner")))
         if refused == "lease_seconds":
@@ -129,9 +235,27 @@ def _pass_fields(draw, drawn: Drawn, racing: bool) -> dict:
         else:
             step["lease_owner"] = draw(st.sampled_from((" ", "owner\u0007", "\t")))
         step.update(expect="fail", rule=CLAIM_LIMITS)
-    elif draw(st.integers(0, 9)) == 0 and drawn.created:
+    elif after_advance and drawn.on("intervals") and drawn.on("during") and drawn.every \
+            and set(drawn.every) & set(drawn.live()) and draw(st.integers(0, 2)) == 0:
+        # The first Work finishing between a tick's decision and the rest of its pass: its terminal transaction
+        # requeues the schedule for the coalesced instants behind it, and the pass must leave that requeue in place.
+        step.pop("maximum_schedules", None)
+        name = draw(st.sampled_from(sorted(set(drawn.every) & set(drawn.live()))))
+        drawn.held.discard(name)
+        step["during"] = {"barrier": BESIDE_AFTER_DECISION[0], "op": "complete-work", "schedule": name, "nth": 1,
+                          "state": draw(st.sampled_from(TERMINAL_STATES))}
+    elif drawn.on("during") and draw(st.integers(0, 2)) == 0 and drawn.created:
+        # Beside a pass over one schedule, as the catalog's are: in a pass over two, a change that waited for the
+        # held decision may commit before the pass's next decision, an order the model does not take (31m).
+        step.pop("maximum_schedules", None)
+        # `complete-work` beside a held barrier only in the requeue shape above (31n).
         beside = draw(st.sampled_from(("update", "advance-scope-generation", "delete")))
-        during: dict[str, Any] = {"barrier": draw(st.sampled_from(BESIDE_BARRIERS)), "op": beside}
+        during: dict[str, Any] = {"barrier": draw(st.sampled_from(BESIDE_BARRIERS + (
+            BESIDE_AFTER_DECISION if beside == "complete-work" else ()))), "op": beside}
+        if beside == "complete-work":
+            during.update(_complete_work(draw, drawn) or {})
+            if "schedule" not in during:
+                return step
         if beside == "update":
             if not drawn.live():
                 return step
@@ -151,25 +275,37 @@ def _process(draw, drawn: Drawn) -> dict:
     return _pass_fields(draw, drawn, racing=False)
 
 
-def _race(draw, drawn: Drawn) -> dict:
+def _race(draw, drawn: Drawn) -> dict | None:
+    if drawn.on("member-login"):
+        return None  # copy B logs in as a mere member there: its half of a race would be refused
     return _pass_fields(draw, drawn, racing=True)
 
 
 def _complete_work(draw, drawn: Drawn) -> dict | None:
     if not drawn.created:
         return None
-    step = {"schedule": draw(st.sampled_from(drawn.created)), "state": draw(st.sampled_from(WORK_STATES))}
+    name = draw(st.sampled_from(drawn.created))
+    if drawn.on("held-work") and draw(st.booleans()):
+        # The first Work held non-terminal across intervals (its slot kept, instants coalescing behind it), then
+        # made terminal: the requeue that follows is where coalesced ranges and the slot's rules live.
+        state = draw(st.sampled_from(TERMINAL_STATES if name in drawn.held else HELD_STATES))
+        (drawn.held.discard if state in TERMINAL_STATES else drawn.held.add)(name)
+        return {"schedule": name, "state": state, "nth": 1}
+    step = {"schedule": name, "state": draw(st.sampled_from(WORK_STATES))}
     if draw(st.booleans()):
         step["nth"] = 1
     return step
 
 
-def _plant_work(draw, drawn: Drawn) -> dict | None:
+def _plant_work(draw, drawn: Drawn, name: str | None = None) -> dict | None:
     # Only while its instant is ahead: the key of an occurrence already materialized is the occurrence's own.
-    planted = [name for name in drawn.live() if name in drawn.at and drawn.at[name] > drawn.now]
+    # Once per key: the Work store refuses a second Work under a key a Work holds.
+    planted = [name for name in drawn.live() if name in drawn.at and drawn.at[name] > drawn.now
+               and (name, drawn.at[name]) not in drawn.planted]
     if not planted:
         return None
-    name = draw(st.sampled_from(planted))
+    name = name if name in planted else draw(st.sampled_from(planted))
+    drawn.planted.add((name, drawn.at[name]))
     return {"schedule": name, "first": _time(drawn.at[name])}
 
 
@@ -188,33 +324,103 @@ GENERATORS: dict[str, tuple[int, Callable[..., dict | None]]] = {
     "race": (1, _race),
     "drain": (1, _nothing),
     "release": (1, _release),
-    "advance-epoch": (1, _nothing),
+    "advance-epoch": (1, _advance_epoch),
     "advance-scope-generation": (1, _nothing),
     "plant-work": (1, _plant_work),
+    "set-clock": (3, _set_clock),  # always followed by a pass, on the frozen instant (a rare feature: see swarms)
 }
 _WEIGHTED = tuple(op for op, (weight, _) in GENERATORS.items() for _ in range(weight))
+ALWAYS_ON = ("create", "advance", "process")
+SWARM = tuple(op for op in GENERATORS if op not in ALWAYS_ON) + PASS_FEATURES + STEP_FEATURES
+
+
+@st.composite
+def swarms(draw) -> frozenset:
+    """The features one program may use: each common one with even odds, each rare one in eight."""
+    return frozenset(f for f in SWARM if (draw(st.sampled_from(RARE_ODDS)) if f in RARE_FEATURES else draw(st.booleans())))
+
+
+RARE_ODDS = (False,) * 9 + (True,)  # one in ten, and shrinking goes to False (a plain index, not a biased integer)
 
 
 @st.composite
 def programs(draw, max_steps: int = 8) -> list[dict]:
     """A scenario's steps: a create first, then up to max_steps - 1 drawn steps, each valid where it stands."""
-    drawn = Drawn()
+    return draw(scenario_programs(max_steps))[0]
+
+
+@st.composite
+def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
+    """A program and the scenario file's own fields it needs (`header`): its swarm of features drawn first."""
+    drawn = Drawn(swarm=draw(swarms()) | frozenset(ALWAYS_ON))
+    weighted = tuple(op for op in _WEIGHTED if drawn.on(op)) + (("advance",) * 5 if drawn.on("intervals") else ())
     steps = [{"op": "create", **_create(draw, drawn)} for _ in range(draw(st.integers(1, 2)))]
+    if drawn.on("many-schedules") and draw(st.booleans()):
+        steps.append({"op": "create", **_create(draw, drawn)})  # passes over several schedules: combinations
+    for create in list(steps):
+        _plant_early(draw, drawn, create, steps)
     # Half the programs are as long as allowed: short ones rarely let time pass and process what fell due.
     for _ in range(draw(st.integers(0, max_steps - 1) | st.just(max_steps - 1))):
-        op = draw(st.sampled_from(_WEIGHTED))
+        op = draw(st.sampled_from(weighted))
         args = GENERATORS[op][1](draw, drawn)
         if args is not None:
-            steps.append({"op": op, **args})
+            steps.append({"op": op, **{k: v for k, v in args.items() if k != "tick"}})
+        if op == "create" and args is not None:
+            _plant_early(draw, drawn, {"op": op, **args}, steps)
+        if op == "set-clock" and args is not None:
+            steps.append({"op": "process", **_plain_pass(draw, drawn)})  # the frozen instant is the cutoff
+            continue
         if op == "advance" and args["seconds"] < 0:
             # Set back, the clock gets a pass and comes forward again at once: checks that order server timestamps
             # across steps (an update's acceptance after a materialization) read them on a clock that never went back.
+            if drawn.on("complete-work") and drawn.created and draw(st.booleans()):
+                # A Work made terminal while the clock is behind requeues its schedule: the pass then claims it with
+                # a cutoff behind the cursor, which decides nothing (and must not suspend).
+                steps.append({"op": "complete-work", "schedule": draw(st.sampled_from(drawn.created)),
+                              "state": draw(st.sampled_from(TERMINAL_STATES)), "nth": 1})
             steps.append({"op": "process"})
             steps.append({"op": "advance", "seconds": -args["seconds"]})
             drawn.now -= args["seconds"]
-        elif op == "advance" and draw(st.integers(0, 3)) != 3:
-            steps.append({"op": "process", **_pass_fields(draw, drawn, racing=False)})  # time passed: a pass, mostly
-    return steps
+        elif op == "advance" and (args.get("tick") or draw(st.integers(0, 3)) != 3):
+            steps.append({"op": "process", **_pass_fields(draw, drawn, racing=False, after_advance=True)})  # mostly
+            if "revoke" in steps[-1] or steps[-1].get("processor") == "B":
+                # A denied pass leaves the leases it claimed: they expire (2 s) before the next pass or the final drain.
+                steps.append({"op": "advance", "seconds": 3})
+                drawn.now += 3
+            if drawn.on("release") and draw(st.integers(0, 2)) == 0:
+                # An operator's release right after a pass, which may have suspended the schedule it names.
+                released = _release(draw, drawn)
+                if released is not None:
+                    steps.append({"op": "release", **released})
+    if any(op in FAULT_FREE_FEATURES for op in _used(steps)):
+        drawn.header["fault_free"] = True
+    if drawn.on("covers-deadline"):
+        drawn.header["covers"] = ["explore", "client-deadline"]
+    return steps, drawn.header
+
+
+def _plant_early(draw, drawn: Drawn, create: dict, steps: list[dict]) -> None:
+    """A foreign Work under a new At occurrence's key, before any pass could materialize it."""
+    if create["schedule"] in drawn.at and drawn.on("plant-early") and drawn.on("plant-work") and draw(st.booleans()):
+        planted = _plant_work(draw, drawn, create["schedule"])
+        if planted is not None:
+            steps.append({"op": "plant-work", **planted})
+
+
+def _used(steps: list[dict]) -> set[str]:
+    """The fault-free-only features a program's steps use."""
+    used = set()
+    for step in steps:
+        used |= {"cancel-at"} if "cancel_at" in step else set()
+        used |= {"revoke"} if "revoke" in step else set()
+        used |= {"member-login"} if step.get("processor") == "B" else set()
+        used |= {"set-clock"} if step["op"] == "set-clock" else set()
+    return used
+
+
+def _plain_pass(draw, drawn: Drawn) -> dict:
+    maximum = draw(st.sampled_from((2, 1, 3)))
+    return {"maximum_schedules": maximum} if maximum != 1 else {}
 
 
 # -- a program as a scenario file -------------------------------------------------------------------------
@@ -250,15 +456,29 @@ def steps_toml(steps: list[dict]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def program_name(steps: list[dict]) -> str:
-    """A program's scenario name, from its steps alone (the same program always gets the same name)."""
-    return "explore-" + hashlib.sha256(steps_toml(steps).encode()).hexdigest()[:10]
+def program_name(steps: list[dict], header: dict | None = None) -> str:
+    """A program's scenario name, from its steps and header alone (the same program always gets the same name)."""
+    text = (json.dumps(header, sort_keys=True) if header else "") + steps_toml(steps)
+    return "explore-" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def scenario_toml(steps: list[dict], description: str, comments: tuple[str, ...] = ()) -> str:
+def header_toml(header: dict | None) -> str:
+    """The scenario file's own fields a program needs besides its steps (`fault_free`, `covers`, `instances`)."""
+    header = header or {}
+    lines = [f"fault_free = {toml_value(header['fault_free'])}"] if "fault_free" in header else []
+    tables = [f"\n[instances.{toml_key(label)}]\n" + "".join(f"{toml_key(k)} = {toml_value(v)}\n"
+                                                            for k, v in fields.items())
+              for label, fields in header.get("instances", {}).items()]
+    return "".join(line + "\n" for line in lines) + "".join(tables)
+
+
+def scenario_toml(steps: list[dict], description: str, comments: tuple[str, ...] = (),
+                  header: dict | None = None) -> str:
     """The whole scenario file of a program."""
     head = "".join(f"# {' '.join(line.split())}\n" for line in comments)
-    return f"{head}description = {toml_value(description)}\ncovers = [\"explore\"]\n\n{steps_toml(steps)}"
+    covers = toml_value((header or {}).get("covers", ["explore"]))
+    return (f"{head}description = {toml_value(description)}\ncovers = {covers}\n{header_toml(header)}\n"
+            f"{steps_toml(steps)}")
 
 
 def generated_ops() -> set[str]:

@@ -167,11 +167,8 @@ class Cluster:
             remove_segment(segment)
 
     def segment_id(self) -> int | None:
-        """The System V shared memory id the running postmaster recorded (postmaster.pid, line 7: key and id)."""
-        try:
-            return int((self.datadir / "postmaster.pid").read_text().splitlines()[6].split()[1])
-        except (OSError, IndexError, ValueError):
-            return None
+        """The System V shared memory id the last postmaster recorded (postmaster.pid, line 7: key and id)."""
+        return shared_memory_id(self.datadir)
 
     def destroy(self) -> None:
         self.discard()  # also after a crash: the pid file still names the segment the killed postmaster left
@@ -190,6 +187,16 @@ class Cluster:
 
 _IPC_RMID = 0
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def shared_memory_id(datadir: Path) -> int | None:
+    """The System V segment a postmaster's lock file names (its seventh line: the key and the id), if any."""
+    try:
+        lines = (datadir / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return None
+    fields = lines[6].split() if len(lines) > 6 else []
+    return int(fields[1]) if len(fields) == 2 and fields[1].isdigit() else None
 
 
 def remove_segment(shmid: int) -> bool:

@@ -143,12 +143,13 @@ def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: s
     replay = f"crashproof certify --catalog {out} --case {case['id']}"
     text = scenario_toml(failure["steps"], f"Found by crashproof explore: {', '.join(c['name'] for c in failure['checks']) or case['verdict']}.",
                          (f"case = {case['id']}", f"found by: crashproof explore --profile {options.profile} "
-                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}"))
+                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}"),
+                         failure.get("header"))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{failure['name']}.toml"
     path.write_text(text)
     program = {"case": case["id"], "scenario": failure["name"], "seed": seed, "profile": options.profile,
-               "impl": options.command, "steps": failure["steps"], "plan": {k: case[k] for k in ("barrier", "fault",
+               "impl": options.command, "steps": failure["steps"], "header": failure.get("header") or {}, "plan": {k: case[k] for k in ("barrier", "fault",
                                                                                                   "hit")},
                "failed_checks": failure["checks"], "hypothesis": blob,
                "steps_to_failure": stats.get("steps_to_failure"), "examples_to_failure": stats.get("examples_to_failure")}

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, Phase, assume, given, seed as hypothesis_see
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 
-from scenarios.generate import program_name, programs, scenario_toml
+from scenarios.generate import program_name, scenario_programs, scenario_toml
 from scenarios.matrix import expand
 from scenarios.model import parse
 
@@ -43,7 +43,7 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 200 programs, fits a CI job", 200, None,
-            shrink_s=45.0),
+            shrink_s=45.0, fault_percent=100, faults_per_program=6),
     Profile("dev", "a fresh seed every run, 200 programs, longer timelines", 200, None, max_steps=10,
             random_seed=True, hostile_examples=400),
     Profile("soak", "a fresh seed every run, unattended for an hour, a progress line a minute, stops by itself",
@@ -73,6 +73,28 @@ class Stats:
         return dict(self.__dict__)
 
 
+def _vacuous(case: dict) -> bool:
+    """A fault-free run that asked for a moment its own timeline does not have: a `during` step's barrier or a
+    `cancel_at` barrier its pass never reached, a denied pass with nothing due. Such a program judges nothing, and
+    a file holding it would fail every implementation, so it is set aside whatever else failed."""
+    for check in case["checks"]:
+        if check["ok"]:
+            continue
+        if check["name"] == "beside-barrier-reached" or any(
+                isinstance(e, dict) and (e.get("delivered") is False or "tested_nothing" in e)
+                for e in check["evidence"]):
+            return True
+    return False
+
+
+def _nothing_to_cancel(case: dict) -> bool:
+    """A `cancel` fault whose next transaction never waited for the held row (a decision that suspended has no
+    bridge after it): the matrix plans it only where one follows (at-single), a drawn program may not have one."""
+    failed = [c for c in case["checks"] if not c["ok"]]
+    return bool(failed) and all(c["name"] == "cancel-retried" and c["evidence"] and all(
+        isinstance(e, dict) and "nothing_cancelled" in e for e in c["evidence"]) for c in failed)
+
+
 class Search:
     """Programs and their faults against one implementation in one world, until a budget is spent."""
 
@@ -88,6 +110,10 @@ class Search:
         self.shrink_until: float | None = None
         self.blob: str | None = None
         self.rejected: set[str] = set()  # programs whose `during` step found no moment to run at
+        # Faulted cases run per (barrier, fault), so the draw can favour what the search has run least; each
+        # program's order is fixed the first time it runs, so a replay of it draws the same cases.
+        self.covered: dict[tuple[str, str], int] = {}
+        self.orders: dict[tuple, list] = {}
 
     def case(self, name: str, text: str, plan: CasePlan, baseline: dict | None) -> dict | None:
         """The case's result (None: the shrink budget is spent and it did not run)."""
@@ -112,12 +138,13 @@ class Search:
             self.stats.steps += found["steps"]
         if plan.fault is not None:
             self.stats.faulted += 1
+            self.covered[(plan.barrier, plan.fault)] = self.covered.get((plan.barrier, plan.fault), 0) + 1
             if any(c["name"] == "planned-fault-fired" and c["ok"] for c in case["checks"]):
                 self.stats.fired[plan.fault] = self.stats.fired.get(plan.fault, 0) + 1
         self.cases.append(case)
         self.report(self.stats)
 
-    def _failed(self, steps: list[dict], name: str, text: str, found: dict) -> None:
+    def _failed(self, steps: list[dict], header: dict, name: str, text: str, found: dict) -> None:
         case = found["case"]
         if self.failure is None:
             self.stats.failures += 1
@@ -125,14 +152,14 @@ class Search:
             self.stats.examples_to_failure = self.stats.examples
             self.shrink_until = time.monotonic() + self.profile.shrink_s
             self.report(self.stats)
-        self.failure = {"steps": steps, "name": name, "text": text, "case": case,
+        self.failure = {"steps": steps, "header": header, "name": name, "text": text, "case": case,
                         "checks": [{"name": c["name"], "rule": c["rule"]} for c in case["checks"] if not c["ok"]]}
         raise AssertionError(f"{case['id']}: {case['verdict']}: {case['reason']}")
 
     def body(self, data) -> None:
-        steps = data.draw(programs(self.profile.max_steps), label="program")
-        name = program_name(steps)
-        text = scenario_toml(steps, DESCRIPTION)
+        steps, header = data.draw(scenario_programs(self.profile.max_steps), label="program")
+        name = program_name(steps, header)
+        text = scenario_toml(steps, DESCRIPTION, header=header)
         if self.shrink_until is None:
             self.stats.examples += 1
         free = self.case(name, text, CasePlan(name), None)
@@ -141,24 +168,42 @@ class Search:
         failed = {c["name"] for c in free["case"]["checks"] if not c["ok"]}
         # A step drawn beside a barrier its pass never reached asked for a moment this timeline does not have:
         # no program to judge (the check stays in force for written scenarios).
-        if failed == {"beside-barrier-reached"}:
+        if failed == {"beside-barrier-reached"} or _vacuous(free["case"]):
             if name not in self.rejected:
                 self.rejected.add(name)
                 self.stats.rejected += 1
                 self.cases = [c for c in self.cases if c["scenario"] != name]  # judged nothing: not reported
             assume(False)
         if free["case"]["verdict"] in ("fail", "error"):
-            self._failed(steps, name, text, free)
+            self._failed(steps, header, name, text, free)
         offered = set(free["case"]["operations"]) or None
         plans, _ = expand([parse(name, text)], {name: free["case"]["barrier_hits"]}, FAULTS, offered=offered)
         if not plans or data.draw(st.integers(0, 99), label="fault?") >= self.profile.fault_percent:
             return
+        # Swarm testing for faults too: each program draws the faults it may use, so some are dense in one.
+        chosen = {fault for fault in FAULTS if data.draw(st.booleans(), label=f"fault {fault}?")}
+        if "client-deadline" in header.get("covers", ()):
+            chosen = {"lost-commit-reply"}  # the cover's point: lost COMMIT replies held past the deadline
+        plans = self._order(name, [plan for plan in plans if plan.fault in chosen] or plans)
         # A program's matrix has dozens of cases and its fault-free run is the cheap part: several faults each.
         for _ in range(data.draw(st.integers(1, self.profile.faults_per_program), label="faults")):
-            plan = data.draw(st.sampled_from(plans), label="fault")
+            # Mostly among the quarter of the program's cases whose barrier and fault the search ran least.
+            few = max(1, len(plans) // 4)
+            pool = plans[:few] if data.draw(st.integers(0, 3), label="least covered?") != 3 else plans
+            plan = data.draw(st.sampled_from(pool), label="fault")
             faulted = self.case(name, text, plan, free["baseline"])
+            if faulted is not None and _nothing_to_cancel(faulted["case"]):
+                self.cases = [c for c in self.cases if c["id"] != faulted["case"]["id"]]  # judged nothing
+                continue
             if faulted is not None and faulted["case"]["verdict"] in ("fail", "error"):
-                self._failed(steps, name, text, faulted)
+                self._failed(steps, header, name, text, faulted)
+
+    def _order(self, name: str, plans: list) -> list:
+        """The program's cases, least run (barrier, fault) first; fixed once per program, so replays agree."""
+        key = (name, tuple(plan.id for plan in plans))
+        if key not in self.orders:
+            self.orders[key] = sorted(plans, key=lambda p: (self.covered.get((p.barrier, p.fault), 0), p.id))
+        return self.orders[key]
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline

@@ -439,9 +439,11 @@ class Cancel:
     first_hit_only = "a later hit cancels the same statement of the same transaction kind; the first covers it"
     scenarios = ("at-single",)
     scenarios_because = "the same retry in every scenario"
+    builtin_only = True  # a team's own scenarios and explore's programs get the cancel at both barriers
     NEXT = {"schedule-claim-after-commit": "the decision", "schedule-decision-after-commit": "the bridge"}
-    summary = ("at `schedule-claim-after-commit` and `schedule-decision-after-commit` (first hits, scenario "
-               "`at-single`): the host locks the schedule's dispatch row FOR UPDATE, replies, waits until your next "
+    summary = ("at `schedule-claim-after-commit` and `schedule-decision-after-commit` (first hits; the built-in "
+               "catalog plans it in `at-single`, your own scenarios and explore's programs get it in every scenario): "
+               "the host locks the schedule's dispatch row FOR UPDATE, replies, waits until your next "
                "transaction's statement waits for that lock, cancels it (pg_cancel_backend: SQLSTATE 57014, "
                "query_canceled) and lets go")
     expects = ("your transaction aborted with a SQLSTATE failure: roll back and retry within your bound (the pass "

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.matrix import expand
-from scenarios.model import load_catalog
+from scenarios.model import load_catalog, parse
 from testhost.checks import CHECKS, cancel_retried
 from testhost.faults import FAULTS
 from testhost.runner import CasePlan, run_case
@@ -56,6 +56,16 @@ def test_the_matrix_plans_it_at_two_barriers_of_at_single_first_hits_only():
     assert sorted(p.id for p in plans) == sorted([CLAIM.id, DECISION.id])
     reasons = " ".join(s.reason for s in skipped)
     assert "first hits only" in reasons and "at-single only" in reasons and "idle in its transaction" in reasons
+
+
+def test_a_team_scenario_or_an_explore_program_gets_it_at_both_barriers():
+    """Only the built-in catalog holds it to at-single: elsewhere no other scenario stands for the retry."""
+    own = parse("explore-own", '[[steps]]\nop = "create"\nschedule = "s1"\n'
+                'spec = { kind = "at", at = "+30s", target = { command = "s1" } }\n')
+    census = {"explore-own": {"schedule-claim-after-commit": 2, "schedule-decision-after-commit": 1}}
+    plans, _ = expand([own], census, {"cancel": FAULTS["cancel"]})
+    assert sorted(p.id for p in plans) == ["explore-own/schedule-claim-after-commit/cancel/1",
+                                           "explore-own/schedule-decision-after-commit/cancel/1"]
 
 
 def _run(world, tmp_path, plan, command):

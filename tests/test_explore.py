@@ -3,6 +3,7 @@ written as a scenario file that certify replays, and a bug no catalog scenario r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -11,15 +12,16 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from mutants import Edit, Mutant, materialize
-from scenarios.generate import GENERATORS, NOT_GENERATED, program_name, programs, scenario_toml, toml_value
+from scenarios.generate import (GENERATORS, NOT_GENERATED, RELEASE_REFUSED, SWARM, program_name, programs,
+                                 scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.explore import Options, explore, progress_line
-from testhost.explore_search import PROFILES
+from testhost.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
 from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
 from testhost.scenario_import import case_of, import_scenario
 
@@ -64,6 +66,98 @@ def test_a_drawn_program_is_a_valid_scenario_file(steps):
     scenario = parse(program_name(steps), text)
     assert [s.op for s in scenario.steps] == [s["op"] for s in steps]
     assert program_name(steps) == program_name(json.loads(json.dumps(steps)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario_programs(max_steps=10))
+def test_a_drawn_program_with_its_header_is_a_valid_scenario_file(program):
+    steps, header = program
+    scenario = parse(program_name(steps, header), scenario_toml(steps, "drawn", header=header))
+    assert [s.op for s in scenario.steps] == [s["op"] for s in steps]
+    fault_free_only = any("cancel_at" in s or "revoke" in s or s.get("processor") == "B" or s["op"] == "set-clock"
+                          for s in steps)
+    assert scenario.fault_free == fault_free_only
+    assert ("client-deadline" in scenario.covers) == ("covers" in header)
+    if any(s.get("processor") == "B" for s in steps):
+        assert scenario.instances["B"].runtime_login == "member" and not any(s["op"] == "race" for s in steps)
+    epoch = False
+    for step in steps:
+        epoch = epoch or step["op"] == "advance-epoch"
+        if step["op"] == "release":
+            # No runtime epoch advanced before it: refused in every run, under the sentences that say why.
+            assert (step["expect"], step.get("rule")) == (("any", None) if epoch else ("fail", RELEASE_REFUSED))
+        if step["op"] == "set-clock":
+            assert step["freeze"] and steps[steps.index(step) + 1]["op"] == "process"
+        if step["op"] == "plant-work":  # one foreign Work per key: the Work store refuses a second
+            assert sum(s == step for s in steps) == 1
+        if "revoke" in step or step.get("processor") == "B":
+            assert steps[steps.index(step) + 1] == {"op": "advance", "seconds": 3}  # its leases expire first
+        if step.get("stale_revision") or step.get("schedule") == "dup":
+            assert step["expect"] == "fail"
+        for pass_ in (step, step.get("during") or {}):
+            if "during" in pass_:
+                assert "maximum_schedules" not in pass_  # beside a pass over one schedule (protocol-notes 31m)
+            if "cancel_at" in pass_ or "revoke" in pass_:
+                assert "during" not in pass_ and "expect" not in pass_
+
+
+def _features(steps: list[dict], header: dict) -> set[str]:
+    """The swarm features a drawn program shows in its steps and header."""
+    found = {s["op"] for s in steps}
+    for s in steps:
+        found |= {name for key, name in (("cancel_after", "cancel-after"), ("during", "during"),
+                                         ("stale_revision", "stale-revision"), ("quiet_s", "quiet"),
+                                         ("cancel_at", "cancel-at"), ("revoke", "revoke")) if key in s}
+        found |= {"refused-lease"} if s.get("expect") == "fail" and s["op"] == "process" else set()
+        found |= {"member-login"} if s.get("processor") == "B" else set()
+        found |= {"repeat-command"} if s.get("problem") == "command-conflict" else set()
+        found |= {"exact-anchor"} if "." in str((s.get("spec") or {}).get("anchor", "")) else set()
+        found |= {"held-work"} if s["op"] == "complete-work" and s["state"] in ("running", "retrying", "suspended") \
+            and s.get("nth") == 1 else set()
+    creates = [i for i, s in enumerate(steps) if s["op"] == "create"]
+    if len(creates) >= 3:
+        found.add("many-schedules")
+    if any(s["op"] == "plant-work" and steps[i - 1]["op"] in ("create", "plant-work") for i, s in enumerate(steps)):
+        found.add("plant-early")
+    if "client-deadline" in header.get("covers", []):
+        found.add("covers-deadline")
+    if sum(s["op"] == "advance" and s["seconds"] == 91 for s in steps) >= 2:
+        found.add("intervals")  # 91 s, an interval of 90 s and a second, is no clock move ADVANCES holds
+    return found
+
+
+@pytest.mark.parametrize("feature", SWARM)
+def test_every_swarm_feature_is_drawn(feature):
+    """A feature the generator never draws is untested: each shows up in some program."""
+    found = find(scenario_programs(max_steps=10), lambda program: feature in _features(*program),
+                 settings=settings(max_examples=3000, database=None, deadline=None, phases=(Phase.generate,)))
+    assert feature in _features(*found)
+
+
+def test_a_program_that_asked_for_a_moment_its_timeline_lacks_is_set_aside():
+    def case(*checks):
+        return {"checks": [{"name": n, "ok": False, "evidence": e} for n, e in checks]}
+    assert _vacuous(case(("beside-barrier-reached", [{"step": 3}])))
+    assert _vacuous(case(("cancel-keeps-committed", [{"step": 2, "delivered": False}]), ("pass-bounded", [{}])))
+    assert _vacuous(case(("bridge-failure-not-retriable", [{"step": 4, "tested_nothing": "nothing was due"}])))
+    assert not _vacuous(case(("cancel-keeps-committed", [{"step": 2, "rolled_back": []}])))
+    assert not _vacuous({"checks": [{"name": "beside-barrier-reached", "ok": True, "evidence": []}]})
+    # A drawn cancel whose next transaction never waited (a suspending decision has no bridge) judged nothing.
+    assert _nothing_to_cancel(case(("cancel-retried", [{"nothing_cancelled": "no statement of the bridge waited"}])))
+    assert not _nothing_to_cancel(case(("cancel-retried", [{"answer": {"outcome": "fail"}}])))
+    assert not _nothing_to_cancel(case(("cancel-retried", [{"nothing_cancelled": "x"}]), ("pass-bounded", [{}])))
+
+
+def test_faulted_cases_favour_the_barriers_and_faults_run_least_and_replay_alike():
+    search = Search(None, "true", PROFILES["ci"], Path("/nonexistent"))
+    plans = [CasePlan("p", "schedule-claim-after-commit", "kill", 1),
+             CasePlan("p", "schedule-decision-before-commit", "stall", 1)]
+    search.covered[("schedule-claim-after-commit", "kill")] = 5
+    assert [p.fault for p in search._order("p", plans)] == ["stall", "kill"]
+    search.covered[("schedule-decision-before-commit", "stall")] = 9
+    assert [p.fault for p in search._order("p", plans)] == ["stall", "kill"]  # fixed for that program
+    assert [p.fault for p in search._order("q", [dataclasses.replace(p, scenario="q") for p in plans])] == \
+        ["kill", "stall"]
 
 
 @given(st.text())
@@ -136,7 +230,9 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
     program = json.loads(path.with_suffix("").with_suffix(".program.json").read_text())
     assert program["case"] == found[0]["case"] and program["steps"]
     steps = parse(path.stem, text).steps
-    assert sum(s.op == "create" for s in steps) >= 2 and any(s.op == "update" for s in steps)
+    # The second generation comes from an update, as a step or beside a held barrier (`during`).
+    assert sum(s.op == "create" for s in steps) >= 2 and any(
+        s.op == "update" or (s.args.get("during") or {}).get("op") == "update" for s in steps)
     # The written file replays: it fails on the bug and passes on the reference (import checks both), then joins
     # the catalog given.
     catalog = tmp_path / "catalog-out"
@@ -223,3 +319,24 @@ def test_a_release_expecting_any_answer_may_be_refused_but_one_expecting_ok_may_
         verdicts[expect] = (outcome.verdict, outcome.reason)
     assert verdicts["any"] == ("pass", "")
     assert verdicts["ok"][0] == "fail" and "client-outcomes" in verdicts["ok"][1]
+
+
+@pytest.mark.world
+def test_a_drawn_release_with_no_epoch_advanced_expects_the_refusal_and_catches_a_release_that_clears_a_suspension(
+        world, tmp_path):
+    """The shape explore draws (31h): a clock anomaly suspends, then a release no epoch advance admits expects `fail`
+    under the release sentences; the reference refuses it, a release that clears the suspension fails that check."""
+    from mutants.catalog import BY_NAME
+
+    steps = [{"op": "create", "schedule": "s1",
+              "spec": {"kind": "every", "every_s": 60, "anchor": "+0s", "safety_window_s": 120,
+                       "target": {"command": "s1-v1"}}},
+             {"op": "advance", "seconds": 400}, {"op": "process"},
+             {"op": "release", "schedule": "s1", "expect": "fail", "rule": RELEASE_REFUSED}]
+    scenario = parse(program_name(steps), scenario_toml(steps, "drawn"))
+    reference = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path / "reference")
+    assert reference.verdict == "pass", reference.reason
+    mutant = BY_NAME["release-clears-clock-suspension"]
+    caught = run_case(world, scenario, CasePlan(scenario.name), mutant.command, tmp_path / "mutant")
+    failed = [c for c in caught.checks if not c.ok]
+    assert any(c.name == "step-outcomes" and mutant.rule in c.rule for c in failed), caught.reason

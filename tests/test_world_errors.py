@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testhost.cluster import Cluster
+from testhost.cluster import Cluster, shared_memory_id
 from testhost.components import find_postgres
 from testhost.errors import (ClusterStartFailed, ComponentMissing, DockerUnavailable, PortInUse, TestHostError,
                              ToxiproxyFailed, WorkspaceUnusable)
@@ -151,6 +151,22 @@ def test_server_not_ready_in_time_is_killed(home):
     _assert_one_line(caught.value, "not ready after")
     assert not cluster.running
     cluster.destroy()
+
+
+def test_a_destroyed_cluster_leaves_no_shared_memory_segment(home):
+    """A killed postmaster's System V segment outlives it; destroy removes it (4096 leaked ones fail every start)."""
+    workspace = Workspace()
+    cluster = Cluster(workspace, find_postgres(), workspace.new_world_dir("leak")).create().start()
+    shmid = shared_memory_id(cluster.datadir)
+    assert shmid is not None and _segment_exists(shmid)
+    cluster.crash()  # SIGKILL, as db-crash and a timed-out start do: the segment stays
+    assert _segment_exists(shmid)
+    cluster.destroy()
+    assert not _segment_exists(shmid)
+
+
+def _segment_exists(shmid: int) -> bool:
+    return any(line.split()[1:2] == [str(shmid)] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:])
 
 
 def test_initdb_failure_is_reported(home, monkeypatch):
