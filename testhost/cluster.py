@@ -160,7 +160,7 @@ class Cluster:
         """Kill the server for good (a throwaway world needs no checkpoint on the way out) and remove the System V
         segment its postmaster made, which a killed postmaster leaves behind: the kernel holds 4096 (`shmmni`), and
         a world per run (three per certify, dozens per test suite) used them up on a machine that ran for a day,
-        after which no server could start (\"could not create shared memory segment: No space left on device\")."""
+        after which no server could start: "could not create shared memory segment: No space left on device"."""
         segment = self.segment_id()
         self.crash()
         if segment is not None:
