@@ -16,7 +16,7 @@ import psycopg
 from .components import PostgresInstall
 from .errors import ClusterStartFailed, PortInUse
 from .ports import LOOPBACK, choose
-from .processes import die_with_parent, kill_tree, popen
+from .processes import die_with_parent, is_alive, kill_tree, popen
 from .workspace import Workspace
 
 READY_TIMEOUT = 60.0
@@ -220,17 +220,7 @@ def sweep_stale_segments(uid: int, table: Path = Path("/proc/sysvipc/shm")) -> i
             shmid, creator, attached, owner = int(fields[1]), int(fields[4]), int(fields[6]), int(fields[7])
         except (IndexError, ValueError):
             continue
-        if owner != uid or attached != 0 or _alive(creator):
+        if owner != uid or attached != 0 or is_alive(creator):
             continue
         removed += remove_segment(shmid)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
