@@ -135,6 +135,17 @@ def write_hostile(out: Path, failure: dict, seed: int, options: Options) -> Path
     return path
 
 
+def reproduced_line(replayed: dict | None) -> str:
+    """How often the shrunk failure failed again when run afresh (explore_search.Search.replay)."""
+    if not replayed:
+        return "reproduced: not replayed"
+    line = f"reproduced: {replayed['reproduced']} of {replayed['runs']} fresh runs"
+    if replayed["reproduced"] < replayed["runs"]:
+        line += (" (timing-dependent: fresh runs failed " + "; ".join(", ".join(d) or "nothing"
+                                                                       for d in replayed["diagnoses"]) + ")")
+    return line
+
+
 def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: str | None,
                   stats: dict) -> tuple[Path, str]:
     """The shrunk program as a scenario file (its case id in a comment) and as the program that drew it."""
@@ -143,7 +154,8 @@ def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: s
     replay = f"crashproof certify --catalog {out} --case {case['id']}"
     text = scenario_toml(failure["steps"], f"Found by crashproof explore: {', '.join(c['name'] for c in failure['checks']) or case['verdict']}.",
                          (f"case = {case['id']}", f"found by: crashproof explore --profile {options.profile} "
-                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}"),
+                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}",
+                          reproduced_line(failure.get("replayed"))),
                          failure.get("header"))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{failure['name']}.toml"
@@ -151,7 +163,7 @@ def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: s
     program = {"case": case["id"], "scenario": failure["name"], "seed": seed, "profile": options.profile,
                "impl": options.command, "steps": failure["steps"], "header": failure.get("header") or {}, "plan": {k: case[k] for k in ("barrier", "fault",
                                                                                                   "hit")},
-               "failed_checks": failure["checks"], "hypothesis": blob,
+               "failed_checks": failure["checks"], "hypothesis": blob, "replayed": failure.get("replayed"),
                "steps_to_failure": stats.get("steps_to_failure"), "examples_to_failure": stats.get("examples_to_failure")}
     (out / f"{failure['name']}.program.json").write_text(json.dumps(program, indent=1) + "\n")
     return path, replay
@@ -244,6 +256,7 @@ def explore(options: Options) -> tuple[int, dict]:
                                          result["stats"])
             found.append({"case": result["failure"]["case"]["id"], "file": str(path), "replay": replay,
                           "checks": result["failure"]["checks"], "steps": len(result["failure"]["steps"]),
+                          "replayed": result["failure"].get("replayed"),
                           "steps_to_failure": result["stats"]["steps_to_failure"],
                           "examples_to_failure": result["stats"]["examples_to_failure"]})
     hostile_found = []
@@ -290,6 +303,7 @@ def explore(options: Options) -> tuple[int, dict]:
         for check in item["checks"]:
             print(f"  {check['name']} (rule: {check['rule']})")
         print(f"  replay: {item['replay']}")
+        print(f"  {reproduced_line(item['replayed'])}")
     for item in hostile_found:
         print(f"found a hostile {item['op']} call not refused as it must be ({item['field']}: {item['why']}): "
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "

@@ -10,6 +10,7 @@ from typing import Callable
 
 from hypothesis import HealthCheck, Phase, assume, given, seed as hypothesis_seed, settings
 from hypothesis import strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis.reporting import with_reporter
 
 from scenarios.generate import program_name, scenario_programs, scenario_toml
@@ -73,6 +74,15 @@ class Stats:
         return dict(self.__dict__)
 
 
+REPLAYS = 2  # fresh runs of a shrunk failure before it is written: how often it reproduces is written beside it
+
+
+def diagnosis(case: dict) -> frozenset:
+    """What a case failed: its failing checks, or its verdict when none failed (an `error`)."""
+    failing = frozenset(c["name"] for c in case["checks"] if not c["ok"])
+    return failing if failing or case["verdict"] == "pass" else frozenset({f"verdict {case['verdict']}"})
+
+
 def _vacuous(case: dict) -> bool:
     """A fault-free run that asked for a moment its own timeline does not have: a `during` step's barrier or a
     `cancel_at` barrier its pass never reached, a denied pass with nothing due. Such a program judges nothing, and
@@ -109,6 +119,7 @@ class Search:
         self.failure: dict | None = None
         self.shrink_until: float | None = None
         self.blob: str | None = None
+        self.diagnosis: frozenset = frozenset()  # what the first failure failed: its shrinks must fail it too
         self.rejected: set[str] = set()  # programs whose `during` step found no moment to run at
         # Faulted cases run per (barrier, fault), so the draw can favour what the search has run least; each
         # program's order is fixed the first time it runs, so a replay of it draws the same cases.
@@ -144,15 +155,22 @@ class Search:
         self.cases.append(case)
         self.report(self.stats)
 
-    def _failed(self, steps: list[dict], header: dict, name: str, text: str, found: dict) -> None:
+    def _failed(self, steps: list[dict], header: dict, name: str, text: str, found: dict, plan: CasePlan) -> None:
         case = found["case"]
+        failing = diagnosis(case)
+        if self.failure is not None and not failing >= self.diagnosis:
+            # Shrinking keeps the first failure's diagnosis: a smaller program failing other checks is another bug,
+            # and a shrink that slides onto it would write a file that no longer shows the one found. (What
+            # `assume(False)` raises, raised as itself: `_failed` is also called outside a search, by tests.)
+            raise UnsatisfiedAssumption("another diagnosis")
         if self.failure is None:
+            self.diagnosis = failing
             self.stats.failures += 1
             self.stats.steps_to_failure = self.stats.steps
             self.stats.examples_to_failure = self.stats.examples
             self.shrink_until = time.monotonic() + self.profile.shrink_s
             self.report(self.stats)
-        self.failure = {"steps": steps, "header": header, "name": name, "text": text, "case": case,
+        self.failure = {"steps": steps, "header": header, "name": name, "text": text, "case": case, "plan": plan,
                         "checks": [{"name": c["name"], "rule": c["rule"]} for c in case["checks"] if not c["ok"]]}
         raise AssertionError(f"{case['id']}: {case['verdict']}: {case['reason']}")
 
@@ -175,7 +193,7 @@ class Search:
                 self.cases = [c for c in self.cases if c["scenario"] != name]  # judged nothing: not reported
             assume(False)
         if free["case"]["verdict"] in ("fail", "error"):
-            self._failed(steps, header, name, text, free)
+            self._failed(steps, header, name, text, free, CasePlan(name))
         offered = set(free["case"]["operations"]) or None
         plans, _ = expand([parse(name, text)], {name: free["case"]["barrier_hits"]}, FAULTS, offered=offered)
         if not plans or data.draw(st.integers(0, 99), label="fault?") >= self.profile.fault_percent:
@@ -196,7 +214,7 @@ class Search:
                 self.cases = [c for c in self.cases if c["id"] != faulted["case"]["id"]]  # judged nothing
                 continue
             if faulted is not None and faulted["case"]["verdict"] in ("fail", "error"):
-                self._failed(steps, header, name, text, faulted)
+                self._failed(steps, header, name, text, faulted, plan)
 
     def _order(self, name: str, plans: list) -> list:
         """The program's cases, least run (barrier, fault) first; fixed once per program, so replays agree."""
@@ -209,13 +227,32 @@ class Search:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     def run(self, seed: int, max_examples: int) -> None:
-        """Rounds of Hypothesis until max_examples programs ran, the deadline passed, or a failure was shrunk."""
+        """Rounds of Hypothesis until max_examples programs ran, the deadline passed, or a failure was shrunk;
+        a shrunk failure is then replayed afresh."""
         round_seed, left = seed, max_examples
         while left > 0 and self.failure is None and not self._out_of_time():
             chunk = min(left, 20) if self.deadline is not None else left
             self._round(round_seed, chunk)
             left -= chunk
             round_seed += 1_000_003  # the next round's programs are new ones
+        if self.failure is not None:
+            self.failure["replayed"] = self.replay(self.failure)
+
+    def replay(self, failure: dict, runs: int = REPLAYS) -> dict:
+        """The shrunk program run again from nothing, as `certify --case` will run its file: its fault-free case
+        first (a faulted case's baseline), then the failing case. Inside the search every case ran once (replays
+        came from the cache), so this is the first time a failure is shown to be more than one run's timing."""
+        scenario = parse(failure["name"], failure["text"])
+        plan = failure["plan"]
+        seen = []
+        for _ in range(runs):
+            free = run_case(self.world, scenario, CasePlan(failure["name"]), self.command, self.log_dir, None,
+                            self.migrations)
+            outcome = free if plan.fault is None else run_case(
+                self.world, scenario, plan, self.command, self.log_dir, free.baseline, self.migrations)
+            seen.append(sorted(diagnosis(outcome.to_json())))
+        reproduced = sum(1 for failing in seen if frozenset(failing) >= self.diagnosis)
+        return {"runs": runs, "reproduced": reproduced, "diagnoses": seen}
 
     def _round(self, seed: int, examples: int) -> None:
         search = self

@@ -20,7 +20,7 @@ from scenarios.generate import (GENERATORS, NOT_GENERATED, RELEASE_REFUSED, SWAR
                                  scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
-from testhost.explore import Options, explore, progress_line
+from testhost.explore import Options, explore, progress_line, reproduced_line
 from testhost.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
 from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
 from testhost.scenario_import import case_of, import_scenario
@@ -160,6 +160,44 @@ def test_faulted_cases_favour_the_barriers_and_faults_run_least_and_replay_alike
         ["kill", "stall"]
 
 
+def test_shrinking_keeps_the_first_failures_diagnosis():
+    """A smaller program that fails other checks is another bug: the shrinker is told it is no failure, so the
+    written file shows what was found; one failing all the first failure's checks and more is still that bug."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    search = Search(None, "true", PROFILES["ci"], Path("/nonexistent"))
+
+    def found(*failing, verdict="fail"):
+        return {"case": {"id": "p", "verdict": verdict, "reason": "r", "checks": [
+            {"name": n, "rule": f"rule of {n}", "ok": False, "evidence": [{}]} for n in failing]
+            + [{"name": "other", "rule": "x", "ok": True, "evidence": []}]}, "baseline": None, "steps": 3}
+
+    with pytest.raises(AssertionError):
+        search._failed([], {}, "p", "", found("range-opens-after-the-cursor", "model-agreement"), CasePlan("p"))
+    assert search.diagnosis == {"range-opens-after-the-cursor", "model-agreement"}
+    assert search.shrink_until is not None and search.stats.failures == 1
+    with pytest.raises(UnsatisfiedAssumption):
+        search._failed([{"op": "create"}], {}, "q", "", found("model-agreement"), CasePlan("q"))
+    assert search.failure["name"] == "p"  # the slide onto another diagnosis was not taken
+    with pytest.raises(AssertionError):
+        search._failed([], {}, "r", "", found("range-opens-after-the-cursor", "model-agreement", "processor-history"),
+                       CasePlan("r"))
+    assert search.failure["name"] == "r" and search.stats.failures == 1
+    # An error with no failing check is diagnosed by its verdict: a shrink that merely fails is another bug.
+    errored = Search(None, "true", PROFILES["ci"], Path("/nonexistent"))
+    with pytest.raises(AssertionError):
+        errored._failed([], {}, "e", "", found(verdict="error"), CasePlan("e"))
+    with pytest.raises(UnsatisfiedAssumption):
+        errored._failed([], {}, "f", "", found("model-agreement"), CasePlan("f"))
+
+
+def test_a_failure_that_did_not_fail_again_afresh_says_so_in_its_file():
+    assert reproduced_line({"runs": 2, "reproduced": 2, "diagnoses": [["a"], ["a"]]}) == \
+        "reproduced: 2 of 2 fresh runs"
+    line = reproduced_line({"runs": 2, "reproduced": 1, "diagnoses": [["a", "b"], []]})
+    assert line.startswith("reproduced: 1 of 2 fresh runs (timing-dependent") and "a, b; nothing" in line
+
+
 @given(st.text())
 def test_toml_strings_read_back_exactly(text):
     assert tomllib.loads(f"v = {toml_value(text)}")["v"] == text
@@ -229,6 +267,9 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
     assert case_of(text, path.stem) == found[0]["case"]
     program = json.loads(path.with_suffix("").with_suffix(".program.json").read_text())
     assert program["case"] == found[0]["case"] and program["steps"]
+    # Run afresh twice before it was written, it failed the same checks both times, and the file says so.
+    assert found[0]["replayed"]["reproduced"] == found[0]["replayed"]["runs"] == 2, found[0]["replayed"]
+    assert "# reproduced: 2 of 2 fresh runs\n" in text
     steps = parse(path.stem, text).steps
     # The second generation comes from an update, as a step or beside a held barrier (`during`).
     assert sum(s.op == "create" for s in steps) >= 2 and any(
