@@ -83,8 +83,8 @@ def _time(seconds: int) -> str:
     return f"+{seconds}s" if seconds >= 0 else f"-{-seconds}s"
 
 
-def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
-    kind = draw(st.sampled_from(("every", "at", "after")))
+def _spec(draw, name: str, drawn: Drawn, version: int, kind: str | None = None, anchored: bool | None = None) -> dict:
+    kind = kind or draw(st.sampled_from(("every", "at", "after")))
     if drawn.on("intervals") and version == 1 and not drawn.every:
         kind = "every"  # the program's clock moves tick on an Every's grid: it has one
     spec: dict[str, Any] = {"kind": kind}
@@ -98,7 +98,8 @@ def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
     else:
         spec["every_s"] = draw(st.sampled_from((60, 30, 90)))
         drawn.every[name] = spec["every_s"]
-        anchor = draw(st.sampled_from(("+0s", None, "+7s")))
+        anchor = draw(st.sampled_from(("+0s", None, "+7s"))) if anchored is not False else None
+        anchor = "+0s" if anchored and anchor is None else anchor
         if anchor is not None and drawn.on("exact-anchor") and draw(st.booleans()):
             anchor = "+7.123456s"  # persisted to the microsecond, never cut to the second
         if anchor is not None:
@@ -116,9 +117,9 @@ def _spec(draw, name: str, drawn: Drawn, version: int) -> dict:
     return spec
 
 
-def _create(draw, drawn: Drawn) -> dict | None:
+def _create(draw, drawn: Drawn, kind: str | None = None) -> dict | None:
     free = [name for name in NAMES if name not in drawn.created]
-    if drawn.on("repeat-command") and drawn.commands and (not free or draw(st.integers(0, 2)) == 0):
+    if kind is None and drawn.on("repeat-command") and drawn.commands and (not free or draw(st.integers(0, 2)) == 0):
         # A command ID already accepted for another schedule: refused as a conflict, nothing created.
         spec = _spec(draw, REFUSED_CREATE, Drawn(now=drawn.now), 1)
         return {"schedule": REFUSED_CREATE, "spec": spec, "command": draw(st.sampled_from(drawn.commands)),
@@ -127,7 +128,7 @@ def _create(draw, drawn: Drawn) -> dict | None:
         return None
     name = free[0]
     drawn.created.append(name)
-    step = {"schedule": name, "spec": _spec(draw, name, drawn, 1)}
+    step = {"schedule": name, "spec": _spec(draw, name, drawn, 1, kind)}
     if drawn.on("repeat-command"):
         step["command"] = f"create-{name}"
         drawn.commands.append(step["command"])
@@ -160,11 +161,11 @@ def _delete(draw, drawn: Drawn) -> dict | None:
     return {"schedule": name}
 
 
-def _release(draw, drawn: Drawn) -> dict | None:
+def _release(draw, drawn: Drawn, name: str | None = None) -> dict | None:
     live = drawn.live()
     if not live:
         return None
-    step = {"schedule": draw(st.sampled_from(live))}
+    step = {"schedule": name if name in live else draw(st.sampled_from(live))}
     if not drawn.epoch_advanced:
         # No runtime epoch advanced: no fence a release applies to exists in any run of the program, faulted or not.
         step.update(expect="fail", rule=RELEASE_REFUSED)
@@ -313,6 +314,169 @@ def _nothing(draw, drawn: Drawn) -> dict:
     return {}
 
 
+# -- motifs: protocol situations drawn whole ------------------------------------------------------------------
+# Some situations the spec writes rules for take several steps in one order (a fence, the pass that meets it, the
+# release that follows), which independent draws of eight steps rarely line up. A motif draws such a situation as
+# one unit: the steps that set it up (a schedule created when none fits), the clock moved just past a due instant,
+# and the steps that act on it; each is a swarm feature, and each step it writes is an ordinary scenario step.
+
+def _every(draw, drawn: Drawn, steps: list[dict], fresh: bool = False) -> str | None:
+    """A live Every to act on (created when none is live, or when `fresh` asks for a second one)."""
+    live = sorted(name for name in drawn.live() if name in drawn.every)
+    if live and not fresh:
+        return draw(st.sampled_from(live))
+    created = _create(draw, drawn, kind="every")
+    if created is None:
+        return live[0] if live else None
+    steps.append({"op": "create", **created})
+    return created["schedule"]
+
+
+def _due(drawn: Drawn, names: list[str], steps: list[dict]) -> None:
+    """The clock moved just past the next instant of each named Every (its interval, plus an anchor's seven seconds
+    and one), inside the 120 s window."""
+    seconds = max(drawn.every[name] for name in names) + 8
+    drawn.now += seconds
+    steps.append({"op": "advance", "seconds": seconds})
+
+
+def _motif_fence_then_release(draw, drawn: Drawn) -> list[dict] | None:
+    """An operator fences the runtime (a runtime epoch, a scope generation or both), a pass meets the fence on a due
+    schedule, and an operator releases it; the schedule's next instant after that."""
+    steps: list[dict] = []
+    name = _every(draw, drawn, steps)
+    if name is None:
+        return None
+    epoch = draw(st.booleans())
+    for op, advanced in (("advance-epoch", epoch), ("advance-scope-generation", draw(st.booleans()) or not epoch)):
+        if advanced:
+            steps.append({"op": op})
+            drawn.epoch_advanced |= op == "advance-epoch"
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    released = _release(draw, drawn, name)
+    steps.append({"op": "release", **released})
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    return steps
+
+
+def _motif_update_behind_held(draw, drawn: Drawn) -> list[dict] | None:
+    """A generation update while an instant waits coalesced behind the schedule's first Work, held running; then that
+    Work terminal, and the pass its requeue asks for."""
+    steps: list[dict] = []
+    name = _every(draw, drawn, steps, fresh=True)  # its first Work is the one the pass after its create accepts
+    if name is None:
+        return None
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    steps.append({"op": "complete-work", "schedule": name, "state": "running", "nth": 1})
+    for _ in range(draw(st.integers(1, 2))):
+        _due(drawn, [name], steps)
+        steps.append({"op": "process"})
+    steps.append({"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)})
+    steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
+                  "nth": 1})
+    drawn.held.discard(name)
+    steps.append({"op": "process"})
+    return steps
+
+
+def _motif_cancel_in_flight(draw, drawn: Drawn) -> list[dict] | None:
+    """A pass over two due schedules cancelled in flight at a drawn barrier of its first lease (fault-free only)."""
+    steps: list[dict] = []
+    first = _every(draw, drawn, steps)
+    live = sorted(name for name in drawn.live() if name in drawn.every and name != first)
+    second = draw(st.sampled_from(live)) if live else _every(draw, drawn, steps, fresh=True)
+    if first is None or second is None or second == first:
+        return steps  # a schedule it created stays in the program
+    _due(drawn, [first, second], steps)
+    steps.append({"op": "process", "maximum_schedules": 2,
+                  "cancel_at": {"barrier": draw(st.sampled_from(CANCEL_BARRIERS)), "hit": 1}})
+    return steps
+
+
+def _motif_conflict_release(draw, drawn: Drawn) -> list[dict] | None:
+    """A foreign Work planted under an At occurrence's key, the pass that meets it (an idempotency conflict), and an
+    operator's release of that schedule."""
+    steps: list[dict] = []
+    planted = _plant_work(draw, drawn)
+    if planted is None:
+        created = _create(draw, drawn, kind="at")
+        if created is None:
+            return None
+        steps.append({"op": "create", **created})
+        planted = _plant_work(draw, drawn, created["schedule"])
+        if planted is None:
+            return steps
+    name = planted["schedule"]
+    steps.append({"op": "plant-work", **planted})
+    seconds = drawn.at[name] - drawn.now + 1
+    drawn.now += seconds
+    steps.append({"op": "advance", "seconds": seconds})
+    steps.append({"op": "process"})
+    steps.append({"op": "release", **_release(draw, drawn, name)})
+    return steps
+
+
+def _motif_reanchor(draw, drawn: Drawn) -> list[dict] | None:
+    """An update to an Every that gives no anchor (the new generation is anchored on the update's acceptance), and
+    that generation's next instant."""
+    live = drawn.live()
+    if not live:
+        return None
+    name = draw(st.sampled_from(live))
+    steps = [{"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2, kind="every", anchored=False)}]
+    drawn.held.discard(name)
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    return steps
+
+
+def _motif_late_in_window(draw, drawn: Drawn) -> list[dict] | None:
+    """A schedule whose configured safety window is longer than the default processed later than the default
+    allows but inside its own window (a recovery range, no anomaly)."""
+    created = _create(draw, drawn, kind="every")
+    if created is None:
+        return None
+    created["spec"]["safety_window_s"] = 7200
+    steps = [{"op": "create", **created}]
+    drawn.now += 4000
+    steps += [{"op": "advance", "seconds": 4000}, {"op": "process"}]
+    return steps
+
+
+def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
+    """The clock frozen exactly on an anchored Every's instant for a pass, then let run on for another (the second
+    decision's range opens after the instant the first decided)."""
+    steps: list[dict] = []
+    grids = sorted(name for name in drawn.live() if name in drawn.grids)
+    if not grids:
+        created = _create(draw, drawn, kind="every")
+        if created is None:
+            return None
+        steps.append({"op": "create", **created})
+    frozen = _set_clock(draw, drawn)
+    if frozen is None:
+        return steps  # the Every it created drew no anchor: no grid to freeze on
+    steps += [{"op": "set-clock", **frozen}, {"op": "process"}, {"op": "advance", "seconds": 1}, {"op": "process"}]
+    drawn.now += 1
+    return steps
+
+
+# motif -> how its steps are drawn; each is a swarm feature, drawn as the pseudo-op "motif".
+MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
+    "fence-then-release": _motif_fence_then_release,
+    "update-behind-held": _motif_update_behind_held,
+    "cancel-in-flight": _motif_cancel_in_flight,
+    "conflict-release": _motif_conflict_release,
+    "reanchor": _motif_reanchor,
+    "late-in-window": _motif_late_in_window,
+    "past-frozen-instant": _motif_past_frozen_instant,
+}
+MOTIF_WEIGHT = 3
+
+
 # op -> (weight, how its fields are drawn); shrinking moves towards the first kinds.
 GENERATORS: dict[str, tuple[int, Callable[..., dict | None]]] = {
     "advance": (5, _advance),
@@ -331,7 +495,7 @@ GENERATORS: dict[str, tuple[int, Callable[..., dict | None]]] = {
 }
 _WEIGHTED = tuple(op for op, (weight, _) in GENERATORS.items() for _ in range(weight))
 ALWAYS_ON = ("create", "advance", "process")
-SWARM = tuple(op for op in GENERATORS if op not in ALWAYS_ON) + PASS_FEATURES + STEP_FEATURES
+SWARM = tuple(op for op in GENERATORS if op not in ALWAYS_ON) + PASS_FEATURES + STEP_FEATURES + tuple(MOTIFS)
 
 
 @st.composite
@@ -360,8 +524,13 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
     for create in list(steps):
         _plant_early(draw, drawn, create, steps)
     # Half the programs are as long as allowed: short ones rarely let time pass and process what fell due.
+    motifs = tuple(name for name in MOTIFS if drawn.on(name))
+    weighted += ("motif",) * MOTIF_WEIGHT if motifs else ()
     for _ in range(draw(st.integers(0, max_steps - 1) | st.just(max_steps - 1))):
         op = draw(st.sampled_from(weighted))
+        if op == "motif":
+            steps += MOTIFS[draw(st.sampled_from(motifs))](draw, drawn) or []
+            continue
         args = GENERATORS[op][1](draw, drawn)
         if args is not None:
             steps.append({"op": op, **{k: v for k, v in args.items() if k != "tick"}})

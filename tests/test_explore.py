@@ -123,7 +123,36 @@ def _features(steps: list[dict], header: dict) -> set[str]:
         found.add("covers-deadline")
     if sum(s["op"] == "advance" and s["seconds"] == 91 for s in steps) >= 2:
         found.add("intervals")  # 91 s, an interval of 90 s and a second, is no clock move ADVANCES holds
-    return found
+    return found | _motifs(steps)
+
+
+def _motifs(steps: list[dict]) -> set[str]:
+    """The motifs a program shows: each as the run of steps it writes."""
+    ops = " ".join(s["op"] for s in steps)
+    found = set()
+    for i, s in enumerate(steps):
+        after = " ".join(t["op"] for t in steps[i + 1:])
+        spec = s.get("spec") or {}
+        if s["op"].startswith("advance-") and after.startswith(
+                ("advance process release advance process", "advance-scope-generation advance process release")):
+            found.add("fence-then-release")
+        if s["op"] == "complete-work" and s["state"] == "running" and after.startswith("advance process") and \
+                "update complete-work process" in after:
+            found.add("update-behind-held")
+        if s["op"] == "process" and "cancel_at" in s and s.get("maximum_schedules") == 2 and \
+                steps[i - 1]["op"] == "advance":
+            found.add("cancel-in-flight")
+        if s["op"] == "plant-work" and after.startswith("advance process release"):
+            found.add("conflict-release")
+        if s["op"] == "update" and spec.get("kind") == "every" and "anchor" not in spec and \
+                after.startswith("advance process"):
+            found.add("reanchor")
+        if s["op"] == "create" and spec.get("safety_window_s") == 7200 and after.startswith("advance process") and \
+                steps[i + 1]["seconds"] == 4000:
+            found.add("late-in-window")
+        if s["op"] == "set-clock" and after.startswith("process advance process") and steps[i + 2]["seconds"] == 1:
+            found.add("past-frozen-instant")
+    return found if ops else set()
 
 
 @pytest.mark.parametrize("feature", SWARM)
