@@ -84,7 +84,43 @@ def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates
         search.run(job["seed"], job["hostile"])
     return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "failures": search.stats.failures,
             "shrinks": search.stats.shrinks, "seconds": search.stats.seconds, "failure": search.failure,
-            "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None}
+            "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None,
+            "store": _hostile_store(job)}
+
+
+def _hostile_store(job: dict) -> dict | None:
+    """The hostile store, once per run (the first job, with the sweep): every schedule operation the implementation
+    declares, against a store migrated only to 0003, as certify's schema-version stage sends them."""
+    if job["index"] != 0 or not job["sweep"]:
+        return None
+    from .schema_version import run_schema_version
+
+    return run_schema_version(certify._world, job["command"], Path(job["log_dir"]))
+
+
+def store_finding(case: dict, out: Path, options: Options) -> dict | None:
+    """A hostile store the implementation did not refuse as it must, written beside the other finds (None when
+    it was refused)."""
+    if case is None or case["verdict"] == "pass":
+        return None
+    failed = [c for c in case["checks"] if not c["ok"]]
+    check = failed[0] if failed else {"name": case["id"], "rule": case["reason"], "evidence": []}
+    replay = f"crashproof certify --scenario {case['id']} --impl {options.command}"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"hostile-store-{case['id']}.json"
+    path.write_text(json.dumps({"case": case, "replay": replay, "impl": options.command}, indent=1) + "\n")
+    return {"op": "process-due", "field": "store", "why": "a store migrated only to 0003 (no migration 0004)",
+            "check": check["name"], "rule": check["rule"], "file": str(path), "replay": replay,
+            "wrong": [_wrong_answer(e) for e in check.get("evidence", [])] or [case["reason"]]}
+
+
+def _wrong_answer(evidence: dict) -> str:
+    """One line of the stage's evidence: an answer by its outcome and retriable flag, anything else as JSON."""
+    if "op" in evidence and "outcome" in evidence:
+        error = evidence.get("error") or {}
+        return (f"{evidence['op']} answered {evidence['outcome']}, retriable: {error.get('retriable')}, "
+                f"{str(error.get('message') or '')[:80]!r}")
+    return json.dumps(evidence, default=str)[:300]
 
 
 def total(stats: list[dict]) -> dict:
@@ -267,14 +303,17 @@ def explore(options: Options) -> tuple[int, dict]:
             hostile_found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
                                   "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
                                   "wrong": failure["wrong"], "file": str(path)})
+    stores = [r["hostile"]["store"] for r in results if r["hostile"].get("store") is not None]
+    hostile_found += [f for f in (store_finding(case, options.out, options) for case in stores) if f is not None]
     hostile = {"inputs": sum(r["hostile"]["inputs"] for r in results),
                "failures": sum(r["hostile"]["failures"] for r in results),
                "shrinks": sum(r["hostile"]["shrinks"] for r in results),
                "seconds": max((r["hostile"]["seconds"] for r in results), default=0.0),
                "by_op": {op: sum(r["hostile"]["by_op"].get(op, 0) for r in results)
                          for op in sorted({op for r in results for op in r["hostile"]["by_op"]})},
+               "stores": [{"case": case["id"], "verdict": case["verdict"]} for case in stores],
                "found": hostile_found}
-    cases = [case for r in results for case in r["cases"]]
+    cases = [case for r in results for case in r["cases"]] + stores
     for case in cases:
         case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
     seen: set[str] = set()
@@ -307,7 +346,7 @@ def explore(options: Options) -> tuple[int, dict]:
     for item in hostile_found:
         print(f"found a hostile {item['op']} call not refused as it must be ({item['field']}: {item['why']}): "
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
-              f"{item['file']}")
+              f"{item['file']}" + (f"\n  replay: {item['replay']}" if "replay" in item else ""))
     print(f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted cases in "
           f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
           f"{rate['faulted_per_s']} faulted/s); {hostile['inputs']} hostile calls in {hostile['seconds']:.0f}s; "

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from mutants import Edit, Mutant, materialize
+from mutants import BY_NAME, Edit, Mutant, materialize
 from scenarios.generate import (GENERATORS, NOT_GENERATED, RELEASE_REFUSED, SWARM, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
@@ -272,6 +272,9 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
     assert report["summary"]["cases"] == len(report["cases"]) and report["summary"]["failed"] == 0
     assert lines[-1].startswith(f"explore: {ran['examples']} examples")
     assert not (tmp_path / "found").exists()
+    # The hostile store (a store migrated only to 0003) was refused, once, and is a case of the report.
+    assert ran["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
+    assert [c["verdict"] for c in report["cases"] if c["id"] == "schema-version"] == ["pass"]
     done = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "render", str(tmp_path / "report")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -314,6 +317,26 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
                            found[0]["case"], "--impl", command, "--jobs", "1", "--report-dir",
                            str(tmp_path / "replay")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
+
+
+@pytest.mark.world
+def test_a_store_without_the_schedule_migration_taken_for_a_transient_failure_is_found(tmp_path):
+    """The hostile phase sends the implementation's operations to a store migrated only to 0003: one that answers
+    `retriable: true` there (a retry no operator action but a migration can satisfy) is found, with its replay."""
+    mutant = BY_NAME["missing-migration-retriable"]
+    out = tmp_path / "found"
+    code, report = explore(Options(command=mutant.command, max_examples=1, hostile=0, out=out,
+                                   report_dir=tmp_path / "report", progress=lambda line: None))
+    assert code == 0 and not report["run"]["explore"]["hostile"]["stores"]  # --hostile 0: no hostile phase at all
+    code, report = explore(Options(command=mutant.command, max_examples=1, out=out, report_dir=tmp_path / "report",
+                                   progress=lambda line: None))
+    assert code == 1
+    found = [f for f in report["run"]["explore"]["hostile"]["found"] if f["field"] == "store"]
+    assert len(found) == 1 and found[0]["check"] == "schema-version-refused" and mutant.rule in found[0]["rule"]
+    assert any("retriable" in line for line in found[0]["wrong"]), found[0]["wrong"]
+    written = json.loads(Path(found[0]["file"]).read_text())
+    assert written["case"]["verdict"] == "fail"
+    assert written["replay"] == f"crashproof certify --scenario schema-version --impl {mutant.command}"
 
 
 @pytest.mark.world
