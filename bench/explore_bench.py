@@ -45,7 +45,8 @@ def explore_ci() -> list[Figure]:
 
 def mutants(names: list[str] | None = None) -> list[dict]:
     """`explore --profile ci` (no slice named) against each catalog mutant: found?, after how many steps, which
-    checks, and whether one names the mutant's rule; one JSON line each."""
+    checks, whether one names the mutant's rule, and how often the written failure failed again in explore's own
+    fresh runs of it; one JSON line each."""
     from mutants import MUTANTS, migrations_dir
     from testhost.explore import Options, explore
 
@@ -69,6 +70,8 @@ def mutants(names: list[str] | None = None) -> list[dict]:
                "hostile": [h["check"] for h in hostile],
                "steps_to_failure": first.get("steps_to_failure"), "examples": first.get("examples_to_failure"),
                "shrunk_to": first.get("steps"), "checks": [c["name"] for c in first.get("checks", [])],
+               "reproduced": (first.get("replayed") or {}).get("reproduced"),
+               "replays": (first.get("replayed") or {}).get("runs"),
                "case": first.get("case"), "seconds": round(time.monotonic() - started, 1)}
         rows.append(row)
         print(json.dumps(row), flush=True)

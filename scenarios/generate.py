@@ -347,11 +347,11 @@ def _motif_fence_then_release(draw, drawn: Drawn) -> list[dict] | None:
     name = _every(draw, drawn, steps)
     if name is None:
         return None
-    epoch = draw(st.booleans())
-    for op, advanced in (("advance-epoch", epoch), ("advance-scope-generation", draw(st.booleans()) or not epoch)):
-        if advanced:
-            steps.append({"op": op})
-            drawn.epoch_advanced |= op == "advance-epoch"
+    # Both fences first (Hypothesis draws small integers most): the release must rebind the scope generation too.
+    fences = (("advance-epoch", "advance-scope-generation"), ("advance-scope-generation",), ("advance-epoch",))
+    for op in fences[draw(st.integers(0, 2))]:
+        steps.append({"op": op})
+        drawn.epoch_advanced |= op == "advance-epoch"
     _due(drawn, [name], steps)
     steps.append({"op": "process"})
     released = _release(draw, drawn, name)
@@ -391,8 +391,9 @@ def _motif_cancel_in_flight(draw, drawn: Drawn) -> list[dict] | None:
     if first is None or second is None or second == first:
         return steps  # a schedule it created stays in the program
     _due(drawn, [first, second], steps)
+    # The decision's commit first: a cancel there must keep the decision and stop before the second lease.
     steps.append({"op": "process", "maximum_schedules": 2,
-                  "cancel_at": {"barrier": draw(st.sampled_from(CANCEL_BARRIERS)), "hit": 1}})
+                  "cancel_at": {"barrier": draw(st.sampled_from(CANCEL_BARRIERS[::-1])), "hit": 1}})
     return steps
 
 
@@ -474,7 +475,7 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "late-in-window": _motif_late_in_window,
     "past-frozen-instant": _motif_past_frozen_instant,
 }
-MOTIF_WEIGHT = 3
+MOTIF_WEIGHT = 6
 
 
 # op -> (weight, how its fields are drawn); shrinking moves towards the first kinds.
