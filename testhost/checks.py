@@ -1151,13 +1151,17 @@ def _behind_cursor(state: StoreState):
            "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from "
            "PostgreSQL. (The range is open at the cursor: a decision moves the cursor to its cutoff, so the "
            "schedule's next decision decides no instant at or before the time of the one before it; seen on its "
-           "occurrences and skipped ranges in the order of their decision times.)", examines="occurrences")
+           "occurrences and skipped ranges in the order of their decision times. A generation's cursor starts at "
+           "or after its acceptance (docs/protocol-notes.md, 6 and 8), so none of its decisions decides an instant "
+           "at or before its accepted_at_utc: the instant an Every without anchor is anchored on is not its first.)",
+           examines="occurrences")
 def _open_at_cursor(state: StoreState):
     evidence = []
     decisions: dict = {}
     for o in state.occurrences:
         if o["decided_at_utc"] is not None:
             decisions.setdefault(o["schedule_id"], []).append((o["decided_at_utc"], o["first_nominal_utc"], o))
+            _before_acceptance(state, o["schedule_id"], o["generation"], o["first_nominal_utc"], o, evidence)
     for h in state.history:
         if h["event"] == "recovery-skipped":
             try:
@@ -1165,6 +1169,8 @@ def _open_at_cursor(state: StoreState):
             except (KeyError, AttributeError, TypeError, ValueError):
                 continue  # `processor-history` judges an unreadable range
             decisions.setdefault(h["schedule_id"], []).append((h["recorded_at_utc"], first, h))
+            if h.get("generation") is not None:
+                _before_acceptance(state, h["schedule_id"], h["generation"], first, h, evidence)
     for rows in decisions.values():
         rows.sort(key=lambda r: (r[0], r[1]))
         for (at_a, _, a), (at_b, first_b, b) in zip(rows, rows[1:]):
@@ -1172,6 +1178,15 @@ def _open_at_cursor(state: StoreState):
                 evidence.append({"decided_again_at_or_before_the_cursor": b, "cursor_from_the_decision_before": a,
                                  "cursor_utc": instant_text(at_a)})
     return evidence, sum(len(r) for r in decisions.values())
+
+
+def _before_acceptance(state: StoreState, schedule_id, number: int, first: datetime, row: dict,
+                       evidence: list) -> None:
+    """A decision of a generation whose range starts at or before that generation's acceptance."""
+    g = state.generation(schedule_id, number)
+    if g is not None and g["accepted_at_utc"] is not None and first <= g["accepted_at_utc"]:
+        evidence.append({"decided_at_or_before_its_generations_acceptance": row,
+                         "accepted_at_utc": instant_text(g["accepted_at_utc"]), "generation": number})
 
 
 PASSIVE = rule_of(

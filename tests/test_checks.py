@@ -132,6 +132,25 @@ def test_each_invariant_fails_its_broken_state_with_evidence(name):
     assert name in others
 
 
+def test_an_instant_at_a_generations_acceptance_is_not_its_first():
+    """An Every without anchor is anchored on its acceptance, where its cursor starts: deciding the anchor itself
+    (a range closed at the cursor) fails `range-opens-after-the-cursor`, and so does a skipped range that starts
+    there; the instant one interval on does not."""
+    check = _check("range-opens-after-the-cursor")
+    accepted = T + timedelta(seconds=30)
+    state = good_state()
+    state.generations[0] = _generation(accepted=accepted)
+    assert check(state).ok
+    at_acceptance = _break(lambda s: (s.generations.__setitem__(0, _generation(accepted=accepted)),
+                                      s.occurrences.insert(0, _occurrence(30))))
+    result = check(at_acceptance)
+    assert not result.ok and result.evidence[0]["accepted_at_utc"] == "2031-03-03T00:00:30.000000Z"
+    skipped = _break(lambda s: (s.generations.__setitem__(0, _generation(accepted=accepted)), s.history.append(
+        {"schedule_id": S, "event": "recovery-skipped", "recorded_at_utc": T + timedelta(seconds=50), "generation": 1,
+         "detail": {"first_nominal_utc": "2031-03-03T00:00:20.000000Z", "last_nominal_utc": "2031-03-03T00:00:20.000000Z"}})))
+    assert not check(skipped).ok
+
+
 def test_materialized_while_the_slot_was_held_is_caught_even_when_both_works_are_done():
     state = _break(lambda s: s.work.__setitem__(0, {**s.work[0], "terminal_at_utc": T + timedelta(seconds=130)}))
     result = _check("queue-one-slot")(state)
