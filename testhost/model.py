@@ -83,6 +83,9 @@ class Schedule:
     occurrences: list[Occurrence] = field(default_factory=list)
     # The schedule_history rows the processor must write: ("suspended", reason), ("recovery-skipped", first, last).
     events: list[tuple] = field(default_factory=list)
+    # A lease a pass claimed and left to expire (a refused bridge, protocol-notes 33b): the dispatch row is claimable
+    # again only at its expiry, and the claim function orders by that time (protocol-notes 17), not the due time.
+    claimable_at: datetime | None = None
 
     def suspend(self, reason: str) -> None:
         self.lifecycle, self.suspension = "suspended", reason
@@ -125,7 +128,7 @@ class Model:
         clone.schedules = {
             name: Schedule(s.name, list(s.generations), s.cursor, s.epoch, s.scope_generation, s.lifecycle,
                            s.suspension, [Occurrence(o.generation, o.kind, o.first, o.last, o.state, o.work)
-                                          for o in s.occurrences], list(s.events))
+                                          for o in s.occurrences], list(s.events), s.claimable_at)
             for name, s in self.schedules.items()}
         return clone
 
@@ -184,7 +187,7 @@ class Model:
     # -- processing -----------------------------------------------------------------------------------
 
     def due(self, s: Schedule, now: datetime) -> bool:
-        if s.lifecycle != "active":
+        if s.lifecycle != "active" or (s.claimable_at is not None and now < s.claimable_at):
             return False
         if not s.started() and s.waiting():
             return True
@@ -194,7 +197,12 @@ class Model:
         """When a due schedule became due: at once for a waiting bridge, else its first instant after the cursor."""
         if not s.started() and s.waiting():
             return datetime.min.replace(tzinfo=now.tzinfo)
-        return s.active.instants_between(s.cursor, now)[0]
+        first = s.active.instants_between(s.cursor, now)[0]
+        return max(first, s.claimable_at) if s.claimable_at is not None else first
+
+    def lease_left(self, name: str, claimable_at: datetime) -> None:
+        """A pass claimed this schedule and left its lease to expire at `claimable_at`."""
+        self.schedules[name].claimable_at = claimable_at
 
     def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
         """The schedules a pass at `now` claims: up to `maximum` due ones, the longest due first (as claims go)."""
@@ -215,6 +223,7 @@ class Model:
             self.pass_(now, skip=skip)
 
     def _process(self, s: Schedule, cutoff: datetime) -> None:
+        s.claimable_at = None  # this pass's lease is released with the schedule's next due time
         if s.epoch != self.epoch:
             s.suspend("runtime-epoch")
             return

@@ -693,6 +693,7 @@ class CaseRun:
                 with self.owner() as conn:
                     bridge_role.set_privilege(conn, denial, granted=True)
         self._record(response, "process-due", label)
+        self._leases_left(before, after)
         self.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect, denied_statements=refused)
         self.denied_passes.append({"step": step.index + 1, "instance": label, "denial": denial, "due": due,
                                    "not_in_effect": not_in_effect, "outcome": response.outcome,
@@ -700,6 +701,20 @@ class CaseRun:
                                    "changed": bridge_role.scoped_changes(before, after),
                                    "claims": bridge_role.claims(before, after), "denied_statements": refused,
                                    "faulted": not fired_before and self.injection is not None})
+
+    def _leases_left(self, before: dict, after: dict) -> None:
+        """The leases a refused pass claimed and left to expire, as the store shows them, for the model: the claim
+        function takes those schedules again only at their expiry, so a later pass bounded below the schedules due
+        claims the others first. Read from the store, since how many schedules a refused pass claims before it
+        answers is the implementation's (PROTOCOL.md, `bridge-failure-not-retriable`)."""
+        was = {r["dispatch_id"]: r["lease_generation"] for r in before["schedule_dispatch"]}
+        timing = {r["dispatch_id"]: r for r in after["schedule_dispatch_timing"]}
+        names = {str(i): name for name, i in self.schedule_ids.items()}
+        for row in after["schedule_dispatch"]:
+            name = names.get(str(row["schedule_id"]))
+            claimable = (timing.get(row["dispatch_id"]) or {}).get("claimable_at_utc")
+            if name in self.model.schedules and claimable and row["lease_generation"] > was.get(row["dispatch_id"], 0):
+                self.model.lease_left(name, datetime.fromisoformat(claimable))
 
     def judge_late_writes(self) -> None:
         """Once a paused or stalled processor has finished its step: did it write anything for the schedule the

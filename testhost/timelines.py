@@ -61,6 +61,9 @@ class Timelines:
     def work(self, *args) -> None:
         self._each("work", *args)
 
+    def lease_left(self, *args) -> None:
+        self._each("lease_left", *args)
+
     def pass_(self, now: datetime, maximum: int = 64) -> None:
         self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum)
         self._each("pass_", now, maximum)

@@ -170,6 +170,53 @@ def test_the_go_example_claims_first_and_answers_unknown_both_times(world, tmp_p
     assert [e["denied_statements"] for e in outcome.timeline if e["event"] == "denied-pass"] == [None, 1]
 
 
+# Found by explore: a refused pass claims s1 and leaves its lease to expire; a pass bounded to one schedule then
+# claims s2 (due at the same instant, claimable before s1's expiry), and s1 is decided by the final drain, a
+# minute later: one recovery range of three instants, where a model that claimed s1 second sees two occurrences.
+LEASE_LEFT = """
+[[steps]]
+op = "create"
+schedule = "s1"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }
+
+[[steps]]
+op = "create"
+schedule = "s2"
+spec = { kind = "at", at = "+60s", target = { command = "s2" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+revoke = "set-local-scope"
+
+[[steps]]
+op = "advance"
+seconds = 64
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = 61
+"""
+
+
+@pytest.mark.parametrize("impl", ["reference", "go"])
+def test_a_lease_a_refused_pass_left_orders_the_next_bounded_pass(world, tmp_path, impl):
+    scenario = parse("lease-left", 'fault_free = true\n' + LEASE_LEFT)
+    outcome = run_case(world, scenario, CasePlan("lease-left"), _command("reference.adapter") if impl == "reference"
+                       else GO, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    ids = {str(scenario.schedule_id(name)): name for name in ("s1", "s2")}
+    claimed = [ids.get(e["context"]["schedule_id"]) for e in outcome.timeline
+               if e["event"] == "barrier" and e["name"] == "schedule-claim-after-commit"]
+    assert claimed[:2] == ["s1", "s2"], claimed  # the refused pass's claim, then the bounded pass's
+
+
 def test_a_bridge_that_does_not_prove_current_user_is_caught(world, tmp_path):
     outcome, checks = _run(world, tmp_path, _command("mutants bridge-role-unproven"))
     assert outcome.verdict == "fail" and "bridge-role-proven" in outcome.reason

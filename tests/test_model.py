@@ -142,6 +142,7 @@ def test_a_copied_model_is_equal_and_independent_of_its_original():
     model.work("s", 1, "succeeded")
     model.plant("s", 1, "nominal", T + 3 * MIN)
     model.pass_(T + timedelta(hours=2))  # t suspends: an event to copy
+    model.lease_left("s", T + timedelta(hours=2, seconds=2))
     clone = copy.deepcopy(model)
     # Every field is carried: a field added to Schedule, Occurrence or Model must be added to the copy too.
     assert vars(clone).keys() == vars(model).keys()
@@ -149,7 +150,7 @@ def test_a_copied_model_is_equal_and_independent_of_its_original():
         assert dataclasses.asdict(clone.schedules[name]) == dataclasses.asdict(s)
     assert {f.name for f in dataclasses.fields(Schedule)} == {"name", "generations", "cursor", "epoch",
                                                              "scope_generation", "lifecycle", "suspension",
-                                                             "occurrences", "events"}
+                                                             "occurrences", "events", "claimable_at"}
     assert {f.name for f in dataclasses.fields(Occurrence)} == {"generation", "kind", "first", "last", "state",
                                                                "work"}
     assert clone.planted == model.planted and model.schedules["t"].events
@@ -161,3 +162,21 @@ def test_a_copied_model_is_equal_and_independent_of_its_original():
     assert [dataclasses.asdict(s) for s in model.schedules.values()] == \
         [dataclasses.asdict(s) for s in before.schedules.values()]
     assert (model.epoch, model.planted) == (before.epoch, before.planted)
+
+
+def test_a_lease_left_to_expire_is_claimable_at_its_expiry_and_ordered_by_it():
+    """A refused pass's claim leaves the lease to expire (protocol-notes 33b), and the claim function orders by the
+    claimable time, the expiry while leased (17): of two schedules due at the same instant, the one whose lease
+    expired is claimed second by a pass bounded to one; until the expiry it is not claimable at all."""
+    model = Model()
+    model.create("s1", every(anchor=T, accepted=T))
+    model.create("s2", Generation(1, "at", T, at=T + MIN))
+    assert model.claimed(T + MIN, 1) == ["s1"]  # due at the same instant: in the order they were created
+    model.lease_left("s1", T + MIN + timedelta(seconds=3))
+    assert model.claimed(T + MIN + timedelta(seconds=1), 2) == ["s2"]  # still leased
+    assert model.claimed(T + 2 * MIN, 1) == ["s2"]
+    model.pass_(T + 2 * MIN, 1)
+    assert occurrences(model, "s1") == [] and occurrences(model, "s2")
+    model.pass_(T + 3 * MIN, 1)  # processed: the lease released, claimable by its due time again
+    assert occurrences(model, "s1") == [(1, "recovery", T + MIN, T + 3 * MIN, "materialized", "pending")]
+    assert model.schedules["s1"].claimable_at is None
