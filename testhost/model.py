@@ -209,12 +209,18 @@ class Model:
         due = sorted((s for s in self.schedules.values() if self.due(s, now)), key=lambda s: self.due_at(s, now))
         return [s.name for s in due[:maximum]]
 
-    def pass_(self, now: datetime, maximum: int = 64, skip: frozenset = frozenset()) -> None:
+    def pass_(self, now: datetime, maximum: int = 64, skip: frozenset = frozenset(),
+              first: list[str] = ()) -> None:
         """The claimed schedules are processed once each; those in `skip` were claimed by a pass a fault
-        interrupted before it decided them, and wait for a later pass."""
-        for name in self.claimed(now, maximum):
-            if name not in skip:
-                self._process(self.schedules[name], now)
+        interrupted before it decided them, and wait for a later pass. `first` were claimed already, before a change
+        beside the pass committed: they are its first leases whatever the change did to them (a schedule no longer
+        active is then decided as nothing), and the rest of the pass claims among what is due now."""
+        names = list(first)
+        names += [name for name in self.claimed(now, maximum) if name not in names][:max(0, maximum - len(names))]
+        for name in names:
+            s = self.schedules.get(name)
+            if name not in skip and s is not None and s.lifecycle == "active":
+                self._process(s, now)
 
     def drain(self, now: datetime, skip: frozenset = frozenset()) -> None:
         for _ in range(10):

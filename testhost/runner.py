@@ -757,11 +757,14 @@ class CaseRun:
         # model's pass first and runs once the pass is over.
         # After a committed decision the pass's decisions came first: the model keeps its pass and takes the step
         # on top (a Work transition changes eligibility only, docs/protocol-notes.md 29i).
+        # The pass's claims up to this hit were made before the step (the claim's row lock comes first, and the step
+        # waits for it): those leases are the pass's whatever the step changes; its later claims see the step.
         after_decision = name in BESIDE_AFTER_DECISION
+        claimed = beside["model_before"].claimed(beside["cutoff"], beside["limit"])[:beside["hit"]]
         after_pass, self.model = self.model, (self.model if after_decision else beside["model_before"])
         beside["outcome"] = STEPS[step.op].run_beside(self, step)
         if beside["outcome"] == "committed" and not after_decision:
-            self.model.pass_(beside["cutoff"], beside["limit"])
+            self.model.pass_(beside["cutoff"], beside["limit"], first=claimed)
         elif beside["outcome"] != "committed":
             self.model = after_pass
         self.note("beside-barrier", instance=impl.label, op=step.op, barrier=name, outcome=beside["outcome"])

@@ -64,9 +64,12 @@ class Timelines:
     def lease_left(self, *args) -> None:
         self._each("lease_left", *args)
 
-    def pass_(self, now: datetime, maximum: int = 64) -> None:
+    def pass_(self, now: datetime, maximum: int = 64, first: list[str] = ()) -> None:
         self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum)
-        self._each("pass_", now, maximum)
+        self._each("pass_", now, maximum, frozenset(), first)
+
+    def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
+        return self.primary.claimed(now, maximum)
 
     def drain(self, now: datetime) -> None:
         self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64)

@@ -51,6 +51,44 @@ def test_an_update_beside_a_held_decision_waits_and_makes_the_next_generation(wo
     assert outcome.picture["sync"]["generation"] == 2
 
 
+# Found by explore: two schedules due at the same instant, a pass bounded to one holds its first claim (s1), and an
+# update of s1 commits beside it. The claim was made before the update; the model re-claimed on the updated state
+# (s1 no longer due) and decided s2 in that pass, where the implementation decided s1 as nothing and s2 later.
+CLAIMED_BEFORE_THE_UPDATE = """
+[[steps]]
+op = "create"
+schedule = "s1"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1" } }
+
+[[steps]]
+op = "create"
+schedule = "s2"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s2" } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+during = { barrier = "schedule-claim-after-commit", op = "update", schedule = "s1", spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v2" } } }
+
+[[steps]]
+op = "advance"
+seconds = 61
+"""
+
+
+@pytest.mark.parametrize("command", [REFERENCE_COMMAND, GO], ids=["reference", "go"])
+def test_a_change_committed_beside_a_held_claim_leaves_the_pass_its_claimed_schedule(world, tmp_path, command):
+    outcome = run_case(world, parse("claimed-before-the-update", CLAIMED_BEFORE_THE_UPDATE),
+                       CasePlan("claimed-before-the-update"), command, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert [e["outcome"] for e in _beside(outcome)] == ["committed"]
+    # s2 waited for the final drain: one recovery range of two instants, not a nominal one and a coalesced one.
+    assert [o[1:4] for o in outcome.picture["s2"]["occurrences"]] == [("recovery", 60_000_000, 120_000_000)]
+
+
 def test_a_planned_barrier_that_never_comes_fails_the_fault_free_run(world, tmp_path):
     scenario = parse("beside-nothing-due", '''
 [[steps]]
