@@ -654,7 +654,7 @@ class CaseRun:
                     if "cancel_at" in step.args:
                         self.cancel_plans[-1].armed = False
                         self.cancel_plans[-1].after_answer(self, self.answers[-1] if self.answers else None)
-                    if plain and not fired_before and self.injection is None:
+                    if plain and fired_before == (self.injection is not None):  # no fault fired in this pass
                         self._claims_seen(model_before, leases_before, cutoff, model_limit)
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
@@ -715,9 +715,9 @@ class CaseRun:
                 "select schedule_id, lease_generation from appsurface_durable.schedule_dispatch").fetchall()}
 
     def _claims_seen(self, model_before, leases_before: dict[str, int], cutoff: datetime, limit: int) -> None:
-        """A pass bounded below the schedules due may claim any of them: the claim function orders by claimable
-        time, which ties among schedules due at one instant and which requeues and expired leases move, and the spec
-        orders nothing. The model predicted its claims; where the store shows the pass claimed others, the model
+        """A pass bounded below the schedules due may claim any of them (a pass a fault fired in is left to the
+        model's branches): the claim function orders by claimable time, which ties among schedules due at one
+        instant and which requeues and expired leases move, and the spec orders nothing. The model predicted its claims; where the store shows the pass claimed others, the model
         takes the pass again with the claims seen, as many as it predicted (docs/protocol-notes.md, 31p)."""
         after = self._lease_generations()
         names = {str(i): name for name, i in self.schedule_ids.items()}
