@@ -45,8 +45,9 @@ def explore_ci() -> list[Figure]:
 
 def mutants(names: list[str] | None = None) -> list[dict]:
     """`explore --profile ci` (no slice named) against each catalog mutant: found?, after how many steps, which
-    checks, whether one names the mutant's rule, and how often the written failure failed again in explore's own
-    fresh runs of it; one JSON line each."""
+    checks, whether one names the mutant's rule, how often the written failure failed again in explore's own fresh
+    runs of it, and whether its file passes on the reference (a find the reference fails too is no find); one JSON
+    line each."""
     from mutants import MUTANTS, migrations_dir
     from testhost.explore import Options, explore
 
@@ -58,24 +59,39 @@ def mutants(names: list[str] | None = None) -> list[dict]:
         _, report = explore(Options(command=mutant.command, jobs=2, out=out / "found", report_dir=out / "report",
                                     migrations=migrations_dir(mutant), progress=lambda line: None))
         found = report["run"]["explore"]["found"]
-        naming = [f for f in found if any(mutant.rule in c["rule"] or mutant.rule == c["name"] for c in f["checks"])]
+        # A find counts only where its written scenario passes on the reference: one the reference fails too is
+        # the harness's (a model that disagrees with every correct implementation), not the mutant's.
+        for item in found:
+            item["reference"] = reference_verdict(out / "found", item["case"])
+        naming = [f for f in found if any(mutant.rule in c["rule"] or mutant.rule == c["name"] for c in f["checks"])
+                  and f["reference"] == "pass"]
         # The hostile phase's finds count too: a call not refused, judged under its check's rule.
         hostile = report["run"]["explore"]["hostile"]["found"]
         hostile_naming = [h for h in hostile if mutant.rule in h["rule"]]
         first = (naming or found or [{}])[0]  # each job shrinks its own first failure
         verdicts = {c["id"]: c for c in report["cases"]}
         why = verdicts.get(first.get("case"), {})
-        row = {"mutant": mutant.name, "found": bool(found or hostile), "rule_named": bool(naming or hostile_naming),
+        real = [f for f in found if f["reference"] == "pass"]
+        row = {"mutant": mutant.name, "found": bool(real or hostile), "rule_named": bool(naming or hostile_naming),
                "verdict": why.get("verdict"), "reason": (why.get("reason") or "")[:160],
                "hostile": [h["check"] for h in hostile],
                "steps_to_failure": first.get("steps_to_failure"), "examples": first.get("examples_to_failure"),
                "shrunk_to": first.get("steps"), "checks": [c["name"] for c in first.get("checks", [])],
                "reproduced": (first.get("replayed") or {}).get("reproduced"),
+               "reference": first.get("reference"), "false_finds": [f["case"] for f in found if f["reference"] != "pass"],
                "replays": (first.get("replayed") or {}).get("runs"),
                "case": first.get("case"), "seconds": round(time.monotonic() - started, 1)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def reference_verdict(catalog: Path, case_id: str) -> str:
+    """The written scenario's case replayed on the reference with certify, as its file says (its verdict)."""
+    _, report = certify(CertifyOptions(jobs=1, catalog=[catalog], cases=[case_id], report_dir=catalog.parent / "on-reference",
+                                       progress=lambda line: None))
+    verdicts = [c["verdict"] for c in report.get("cases", []) if c["id"] == case_id]
+    return verdicts[0] if verdicts else "not-run"
 
 
 BENCHMARKS = [explore_ci]
