@@ -511,7 +511,11 @@ NORMATIVE = (
         "Before any fault of the case, a pass that claimed nothing must answer `ok` (`empty-pass-ok`), unless its "
         "step expects a refusal, and a pass that answered leaves no lease it took held: every dispatch row whose "
         "lease generation moved while it ran is `ready` once it answered, so cancellation is looked at before "
-        "the next claim, not after it (`pass-leaves-no-lease`).",
+        "the next claim, not after it (`pass-leaves-no-lease`). Which of the schedules due a pass bounded below "
+        "them claims is yours (the claim function orders by claimable time only, and ties are the heap's): where "
+        "a pass with no fault claimed as many as the verifier's model of Gate A expected but others, the model "
+        "follows the dispatch rows it claimed; so does it after a pass whose bridge was refused, which leaves its "
+        "leases to expire.",
         "The processor is passive: it runs a pass only while a `process-due` request is in flight, never on a "
         "timer or a thread of its own. A barrier reported while no request is in flight (or after the answer to "
         "the one in flight) is answered `continue` at once and fails the case, and so does a claim, an "
