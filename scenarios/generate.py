@@ -211,6 +211,7 @@ def _set_clock(draw, drawn: Drawn) -> dict | None:
 
 def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) -> dict:
     step: dict[str, Any] = {}
+    alone = len(drawn.live()) == 1  # a step beside the pass: only where it has one schedule to claim
     maximum = draw(st.sampled_from((2, 1, 3)))  # passes over several schedules are where combinations live
     if maximum != 1:
         step["maximum_schedules"] = maximum
@@ -236,7 +237,7 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
         else:
             step["lease_owner"] = draw(st.sampled_from((" ", "owner\u0007", "\t")))
         step.update(expect="fail", rule=CLAIM_LIMITS)
-    elif after_advance and drawn.on("intervals") and drawn.on("during") and drawn.every \
+    elif after_advance and drawn.on("intervals") and drawn.on("during") and drawn.every and alone \
             and set(drawn.every) & set(drawn.live()) and draw(st.integers(0, 2)) == 0:
         # The first Work finishing between a tick's decision and the rest of its pass: its terminal transaction
         # requeues the schedule for the coalesced instants behind it, and the pass must leave that requeue in place.
@@ -245,9 +246,11 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
         drawn.held.discard(name)
         step["during"] = {"barrier": BESIDE_AFTER_DECISION[0], "op": "complete-work", "schedule": name, "nth": 1,
                           "state": draw(st.sampled_from(TERMINAL_STATES))}
-    elif drawn.on("during") and draw(st.integers(0, 2)) == 0 and drawn.created:
+    elif drawn.on("during") and alone and draw(st.integers(0, 2)) == 0:
         # Beside a pass over one schedule, as the catalog's are: in a pass over two, a change that waited for the
-        # held decision may commit before the pass's next decision, an order the model does not take (31m).
+        # held decision may commit before the pass's next decision, an order the model does not take (31m). With
+        # one schedule live, too: of two due at one instant a pass bounded to one may claim either (31p), and the
+        # model cannot follow the claims of a pass a step ran beside.
         step.pop("maximum_schedules", None)
         # `complete-work` beside a held barrier only in the requeue shape above (31n).
         beside = draw(st.sampled_from(("update", "advance-scope-generation", "delete")))
@@ -340,6 +343,9 @@ def _due(drawn: Drawn, names: list[str], steps: list[dict]) -> None:
     steps.append({"op": "advance", "seconds": seconds})
 
 
+ANOMALOUS_S = 8000  # past every safety window the generator draws (7,200 s the longest)
+
+
 def _motif_fence_then_release(draw, drawn: Drawn) -> list[dict] | None:
     """An operator fences the runtime (a runtime epoch, a scope generation or both), a pass meets the fence on a due
     schedule, and an operator releases it; the schedule's next instant after that."""
@@ -353,28 +359,47 @@ def _motif_fence_then_release(draw, drawn: Drawn) -> list[dict] | None:
         steps.append({"op": op})
         drawn.epoch_advanced |= op == "advance-epoch"
     _due(drawn, [name], steps)
-    steps.append({"op": "process"})
-    released = _release(draw, drawn, name)
-    steps.append({"op": "release", **released})
+    return steps + _released(draw, drawn, name)
+
+
+def _released(draw, drawn: Drawn, name: str) -> list[dict]:
+    """The pass that meets what the steps before set up, an operator's release of the schedule, its next instant."""
+    steps = [{"op": "process"}, {"op": "release", **_release(draw, drawn, name)}]
     _due(drawn, [name], steps)
-    steps.append({"op": "process"})
-    return steps
+    return steps + [{"op": "process"}]
 
 
-def _motif_update_behind_held(draw, drawn: Drawn) -> list[dict] | None:
-    """A generation update while an instant waits coalesced behind the schedule's first Work, held running; then that
-    Work terminal, and the pass its requeue asks for."""
+def _motif_anomaly_then_release(draw, drawn: Drawn) -> list[dict] | None:
+    """The clock jumps past every safety window, a pass suspends the due schedule for the clock anomaly, and an
+    operator's release, which cannot clear that suspension (it applies to a runtime epoch's fence only)."""
+    steps: list[dict] = []
+    name = _every(draw, drawn, steps)
+    if name is None:
+        return None
+    drawn.now += ANOMALOUS_S
+    steps.append({"op": "advance", "seconds": ANOMALOUS_S})
+    return steps + _released(draw, drawn, name)
+
+
+HOLDING = ("suspended", "running", "retrying")  # the held-slot motif's states; a retry keeps the slot too
+
+
+def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
+    """A new Every's first Work held non-terminal (running, retrying or suspended: none releases the slot) while one
+    or two instants fall due and coalesce behind it, mostly a generation update then (which supersedes them), then
+    that Work terminal and the pass its requeue asks for."""
     steps: list[dict] = []
     name = _every(draw, drawn, steps, fresh=True)  # its first Work is the one the pass after its create accepts
     if name is None:
         return None
     _due(drawn, [name], steps)
     steps.append({"op": "process"})
-    steps.append({"op": "complete-work", "schedule": name, "state": "running", "nth": 1})
+    steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(HOLDING)), "nth": 1})
     for _ in range(draw(st.integers(1, 2))):
         _due(drawn, [name], steps)
         steps.append({"op": "process"})
-    steps.append({"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)})
+    if draw(st.integers(0, 3)) != 3:  # small integers come most: the update, mostly
+        steps.append({"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)})
     steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
                   "nth": 1})
     drawn.held.discard(name)
@@ -468,7 +493,8 @@ def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
 # motif -> how its steps are drawn; each is a swarm feature, drawn as the pseudo-op "motif".
 MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "fence-then-release": _motif_fence_then_release,
-    "update-behind-held": _motif_update_behind_held,
+    "anomaly-then-release": _motif_anomaly_then_release,
+    "held-slot": _motif_held_slot,
     "cancel-in-flight": _motif_cancel_in_flight,
     "conflict-release": _motif_conflict_release,
     "reanchor": _motif_reanchor,

@@ -642,7 +642,7 @@ class CaseRun:
                                     "outcome": None, "model_before": copy.deepcopy(self.model), "cutoff": cutoff,
                                     "limit": model_limit}
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
-                plain = beside is None and len(labels) == 1 and "cancel_at" not in step.args
+                plain = beside is None and len(labels) == 1
                 if plain:
                     model_before, leases_before, fired_before = copy.deepcopy(self.model), self._lease_generations(), \
                         self.injection is not None

@@ -136,9 +136,12 @@ def _motifs(steps: list[dict]) -> set[str]:
         if s["op"].startswith("advance-") and after.startswith(
                 ("advance process release advance process", "advance-scope-generation advance process release")):
             found.add("fence-then-release")
-        if s["op"] == "complete-work" and s["state"] == "running" and after.startswith("advance process") and \
-                "update complete-work process" in after:
-            found.add("update-behind-held")
+        if s["op"] == "advance" and s["seconds"] == 8000 and after.startswith("process release advance process"):
+            found.add("anomaly-then-release")
+        if s["op"] == "complete-work" and s["state"] in ("running", "retrying", "suspended") and \
+                after.startswith("advance process") and ("update complete-work process" in after or
+                                                         "process complete-work process" in after):
+            found.add("held-slot")
         if s["op"] == "process" and "cancel_at" in s and s.get("maximum_schedules") == 2 and \
                 steps[i - 1]["op"] == "advance":
             found.add("cancel-in-flight")
