@@ -493,10 +493,42 @@ def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
     return steps
 
 
+CHANGES_BESIDE = tuple((op, barrier) for barrier in BESIDE_BARRIERS[::-1]
+                       for op in ("advance-scope-generation", "update", "delete"))
+
+
+def _motif_change_beside_decision(draw, drawn: Drawn) -> list[dict] | None:
+    """With one schedule live, a change beside its due pass's held barrier (a scope generation advanced, an update
+    or a delete, mostly beside the decision before its commit, which must lock the fence it read), then the next
+    instant's pass, which meets whatever the change left."""
+    steps: list[dict] = []
+    live = drawn.live()
+    if len(live) > 1:
+        return None  # of two due at one instant a pass bounded to one may claim either (31p)
+    name = live[0] if live and live[0] in drawn.every else (_every(draw, drawn, steps) if not live else None)
+    if name is None:
+        return None
+    _due(drawn, [name], steps)
+    # A scope generation beside the decision first (Hypothesis draws False most), the other pairs in one draw.
+    op, barrier = CHANGES_BESIDE[0] if not draw(st.booleans()) else \
+        CHANGES_BESIDE[draw(st.integers(1, len(CHANGES_BESIDE) - 1))]
+    during: dict[str, Any] = {"barrier": barrier, "op": op}
+    if op == "update":
+        during.update(schedule=name, spec=_spec(draw, name, drawn, 3))
+    elif op == "delete":
+        during["schedule"] = name
+        drawn.deleted.add(name)
+    steps.append({"op": "process", "during": during})
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    return steps
+
+
 # motif -> how its steps are drawn; each is a swarm feature, drawn as the pseudo-op "motif".
 MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "fence-then-release": _motif_fence_then_release,
     "anomaly-then-release": _motif_anomaly_then_release,
+    "change-beside-decision": _motif_change_beside_decision,
     "held-slot": _motif_held_slot,
     "cancel-in-flight": _motif_cancel_in_flight,
     "conflict-release": _motif_conflict_release,

@@ -138,6 +138,10 @@ def _motifs(steps: list[dict]) -> set[str]:
             found.add("fence-then-release")
         if s["op"] == "advance" and s["seconds"] == 8000 and after.startswith("process release advance process"):
             found.add("anomaly-then-release")
+        if s["op"] == "process" and "during" in s and after.startswith("advance process") and \
+                s["during"]["op"] in ("advance-scope-generation", "update", "delete") and \
+                sum(t["op"] == "create" and t.get("expect") != "fail" for t in steps[:i]) == 1:
+            found.add("change-beside-decision")
         if s["op"] == "complete-work" and s["state"] in ("running", "retrying", "suspended") and \
                 after.startswith("advance process") and ("update complete-work process" in after or
                                                          "process complete-work process" in after):
