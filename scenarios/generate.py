@@ -384,6 +384,7 @@ def _motif_anomaly_then_release(draw, drawn: Drawn) -> list[dict] | None:
     return steps + _released(draw, drawn, name)
 
 
+BEHIND_S = 300  # a clock set back past the instants a held-slot motif decided
 HOLDING = ("suspended", "running", "retrying")  # the held-slot motif's states; a retry keeps the slot too
 
 
@@ -403,10 +404,17 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
         steps.append({"op": "process"})
     if draw(st.integers(0, 3)) != 3:  # small integers come most: the update, mostly
         steps.append({"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)})
+    # Sometimes with the clock set back first: the requeue's pass then claims with a cutoff behind the cursor, which
+    # decides nothing (and must not suspend); the clock comes forward again after that pass (31d).
+    behind = -BEHIND_S if draw(st.booleans()) else 0
+    if behind:
+        steps.append({"op": "advance", "seconds": behind})
     steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
                   "nth": 1})
     drawn.held.discard(name)
     steps.append({"op": "process"})
+    if behind:
+        steps.append({"op": "advance", "seconds": -behind})
     return steps
 
 

@@ -43,7 +43,7 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 200 programs, fits a CI job", 200, None,
+    Profile("ci", "derandomized (seed 0 unless --seed), a fixed budget of 400 programs, fits a CI job", 400, None,
             shrink_s=45.0, fault_percent=100, faults_per_program=6),
     Profile("dev", "a fresh seed every run, 200 programs, longer timelines", 200, None, max_steps=10,
             random_seed=True, hostile_examples=400),

@@ -143,8 +143,9 @@ def _motifs(steps: list[dict]) -> set[str]:
                 sum(t["op"] == "create" and t.get("expect") != "fail" for t in steps[:i]) == 1:
             found.add("change-beside-decision")
         if s["op"] == "complete-work" and s["state"] in ("running", "retrying", "suspended") and \
-                after.startswith("advance process") and ("update complete-work process" in after or
-                                                         "process complete-work process" in after):
+                after.startswith("advance process") and any(
+                    tail in after for tail in ("update complete-work process", "process complete-work process",
+                                               "advance complete-work process advance")):
             found.add("held-slot")
         if s["op"] == "process" and "cancel_at" in s and s.get("maximum_schedules") == 2 and \
                 steps[i - 1]["op"] == "advance":
