@@ -396,7 +396,10 @@ def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
                                    report_dir=tmp_path / "report", progress=lambda line: None))
     assert code == 0, report["run"]["explore"]["found"]
     assert report["implementation"]["operations"] == ["process-due"]
-    assert all("create" in case["fallbacks"] for case in report["cases"])
+    programs = [case for case in report["cases"] if case["id"] != "schema-version"]
+    assert programs and all("create" in case["fallbacks"] for case in programs)
+    # The hostile store sends what the implementation declares (process-due alone), and it was refused.
+    assert report["run"]["explore"]["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
     ran = report["run"]["explore"]
     assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
 
