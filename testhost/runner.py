@@ -642,10 +642,10 @@ class CaseRun:
                                     "outcome": None, "model_before": copy.deepcopy(self.model), "cutoff": cutoff,
                                     "limit": model_limit}
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
-                plain = beside is None and len(labels) == 1
-                if plain:
-                    model_before, leases_before, fired_before = copy.deepcopy(self.model), self._lease_generations(), \
-                        self.injection is not None
+                # More schedules due than the pass may claim: which it claims is the store's to say (31p).
+                choosing = beside is None and len(labels) == 1 and self.model.due_count(cutoff) > model_limit
+                if choosing:
+                    leases_before, fired_before = self._lease_generations(), self.injection is not None
                 self.model.pass_(cutoff, model_limit)
                 if len(labels) == 1:
                     if "cancel_at" in step.args:
@@ -654,8 +654,8 @@ class CaseRun:
                     if "cancel_at" in step.args:
                         self.cancel_plans[-1].armed = False
                         self.cancel_plans[-1].after_answer(self, self.answers[-1] if self.answers else None)
-                    if plain and fired_before == (self.injection is not None):  # no fault fired in this pass
-                        self._claims_seen(model_before, leases_before, cutoff, model_limit)
+                    if choosing and fired_before == (self.injection is not None):  # no fault fired in this pass
+                        self._claims_seen(leases_before)
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
                                for label in labels]
@@ -714,20 +714,20 @@ class CaseRun:
             return {str(r["schedule_id"]): r["lease_generation"] for r in conn.execute(
                 "select schedule_id, lease_generation from appsurface_durable.schedule_dispatch").fetchall()}
 
-    def _claims_seen(self, model_before, leases_before: dict[str, int], cutoff: datetime, limit: int) -> None:
+    def _claims_seen(self, leases_before: dict[str, int]) -> None:
         """A pass bounded below the schedules due may claim any of them (a pass a fault fired in is left to the
         model's branches): the claim function orders by claimable time, which ties among schedules due at one
-        instant and which requeues and expired leases move, and the spec orders nothing. The model predicted its claims; where the store shows the pass claimed others, the model
-        takes the pass again with the claims seen, as many as it predicted (docs/protocol-notes.md, 31p)."""
+        instant and which requeues and expired leases move, and the spec orders nothing. The model predicted its
+        claims; where the store shows the pass claimed others, the model takes the pass again with the claims seen,
+        as many as it predicted (docs/protocol-notes.md, 31p)."""
         after = self._lease_generations()
         names = {str(i): name for name, i in self.schedule_ids.items()}
         seen = sorted(names[i] for i, generation in after.items()
                       if i in names and generation > leases_before.get(i, 0))
-        predicted = sorted(model_before.claimed(cutoff, limit))
+        predicted = sorted(self.model.last_pass_claims())
         if len(seen) != len(predicted) or predicted == seen:
             return  # as predicted; or another number of claims, which the model's verdicts judge as they stand
-        model_before.pass_(cutoff, len(seen), first=seen)
-        self.model = model_before
+        self.model.redo_last_pass(seen)
         self.note("model-claims", predicted=predicted, seen=seen)
 
     def _leases_left(self, before: dict, after: dict) -> None:

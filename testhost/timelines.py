@@ -71,6 +71,20 @@ class Timelines:
     def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
         return self.primary.claimed(now, maximum)
 
+    def due_count(self, now: datetime) -> int:
+        return sum(1 for s in self.primary.schedules.values() if self.primary.due(s, now))
+
+    def last_pass_claims(self) -> list[str]:
+        """The schedules the model had the last pass claim."""
+        befores, _, now, maximum = self._before
+        return befores[0].claimed(now, maximum)
+
+    def redo_last_pass(self, claims: list[str]) -> None:
+        """The last pass again from the models before it, with the schedules the store shows it claimed."""
+        befores, _, now, _ = self._before
+        self.branches = [copy.deepcopy(before) for before in befores]
+        self._each("pass_", now, len(claims), frozenset(), claims)
+
     def drain(self, now: datetime) -> None:
         self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64)
         self._each("drain", now)
