@@ -643,7 +643,8 @@ class CaseRun:
                                     "limit": model_limit}
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
                 # More schedules due than the pass may claim: which it claims is the store's to say (31p).
-                choosing = beside is None and len(labels) == 1 and self.model.due_count(cutoff) > model_limit
+                choosing = beside is None and len(labels) == 1 and len(self.model.schedules) > model_limit \
+                    and self.model.due_count(cutoff) > model_limit
                 if choosing:
                     leases_before, fired_before = self._lease_generations(), self.injection is not None
                 self.model.pass_(cutoff, model_limit)
