@@ -257,25 +257,25 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
         step.pop("maximum_schedules", None)
         # `complete-work` beside a held barrier only in the requeue shape above (31n).
         beside = draw(st.sampled_from(("update", "advance-scope-generation", "delete")))
-        during: dict[str, Any] = {"barrier": draw(st.sampled_from(BESIDE_BARRIERS + (
-            BESIDE_AFTER_DECISION if beside == "complete-work" else ()))), "op": beside}
-        if beside == "complete-work":
-            during.update(_complete_work(draw, drawn) or {})
-            if "schedule" not in during:
-                return step
-        if beside == "update":
+        barrier = draw(st.sampled_from(BESIDE_BARRIERS))
+        name = None
+        if beside != "advance-scope-generation":
             if not drawn.live():
                 return step
             name = draw(st.sampled_from(drawn.live()))
-            during.update(schedule=name, spec=_spec(draw, name, drawn, 3))
-        elif beside == "delete":
-            live = drawn.live()
-            if not live:
-                return step
-            during["schedule"] = draw(st.sampled_from(live))
-            drawn.deleted.add(during["schedule"])
-        step["during"] = during
+        step["during"] = _change_beside(draw, drawn, beside, barrier, name)
     return step
+
+
+def _change_beside(draw, drawn: Drawn, op: str, barrier: str, name: str | None) -> dict:
+    """A pass's `during`: a scope generation advanced, or an update or delete of `name`, beside `barrier`."""
+    during: dict[str, Any] = {"barrier": barrier, "op": op}
+    if op == "update":
+        during.update(schedule=name, spec=_spec(draw, name, drawn, 3))
+    elif op == "delete":
+        during["schedule"] = name
+        drawn.deleted.add(name)
+    return during
 
 
 def _process(draw, drawn: Drawn) -> dict:
@@ -520,13 +520,7 @@ def _motif_change_beside_decision(draw, drawn: Drawn) -> list[dict] | None:
     # A scope generation beside the decision first (Hypothesis draws False most), the other pairs in one draw.
     op, barrier = CHANGES_BESIDE[0] if not draw(st.booleans()) else \
         CHANGES_BESIDE[draw(st.integers(1, len(CHANGES_BESIDE) - 1))]
-    during: dict[str, Any] = {"barrier": barrier, "op": op}
-    if op == "update":
-        during.update(schedule=name, spec=_spec(draw, name, drawn, 3))
-    elif op == "delete":
-        during["schedule"] = name
-        drawn.deleted.add(name)
-    steps.append({"op": "process", "during": during})
+    steps.append({"op": "process", "during": _change_beside(draw, drawn, op, barrier, name)})
     _due(drawn, [name], steps)
     steps.append({"op": "process"})
     return steps

@@ -182,6 +182,7 @@ class CaseRun:
         self.racers: dict[str, threading.Thread] = {}  # the threads of the last `race` step, by instance
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
+        self.schedule_names = {str(i): name for name, i in self.schedule_ids.items()}  # Schedule ID text -> name
         self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
         self.command_facts: dict[str, list] = {}  # per client check, what each client step showed it
@@ -328,7 +329,7 @@ class CaseRun:
     def decided_in_pass(self) -> set[str]:
         """The schedules whose decision the verifier saw commit since the step began (the barrier that fired
         included): a fault in that pass cannot leave them undecided. Only what the barriers' context names."""
-        names = {str(i): name for name, i in self.schedule_ids.items()}
+        names = self.schedule_names
         start = max((i for i, e in enumerate(self.timeline) if e["event"] in ("step", "final-drain")), default=0)
         return {names[e["context"]["schedule_id"]] for e in self.timeline[start:]
                 if e["event"] == "barrier" and e["name"] in DECIDED_AT
@@ -722,9 +723,8 @@ class CaseRun:
         claims; where the store shows the pass claimed others, the model takes the pass again with the claims seen,
         as many as it predicted (docs/protocol-notes.md, 31p)."""
         after = self._lease_generations()
-        names = {str(i): name for name, i in self.schedule_ids.items()}
-        seen = sorted(names[i] for i, generation in after.items()
-                      if i in names and generation > leases_before.get(i, 0))
+        seen = sorted(self.schedule_names[i] for i, generation in after.items()
+                      if i in self.schedule_names and generation > leases_before.get(i, 0))
         predicted = sorted(self.model.last_pass_claims())
         if len(seen) != len(predicted) or predicted == seen:
             return  # as predicted; or another number of claims, which the model's verdicts judge as they stand
@@ -738,9 +738,8 @@ class CaseRun:
         answers is the implementation's (PROTOCOL.md, `bridge-failure-not-retriable`)."""
         was = {r["dispatch_id"]: r["lease_generation"] for r in before["schedule_dispatch"]}
         timing = {r["dispatch_id"]: r for r in after["schedule_dispatch_timing"]}
-        names = {str(i): name for name, i in self.schedule_ids.items()}
         for row in after["schedule_dispatch"]:
-            name = names.get(str(row["schedule_id"]))
+            name = self.schedule_names.get(str(row["schedule_id"]))
             claimable = (timing.get(row["dispatch_id"]) or {}).get("claimable_at_utc")
             if name in self.model.schedules and claimable and row["lease_generation"] > was.get(row["dispatch_id"], 0):
                 self.model.lease_left(name, datetime.fromisoformat(claimable))
