@@ -235,6 +235,25 @@ def test_a_failure_that_did_not_fail_again_afresh_says_so_in_its_file():
     assert line.startswith("reproduced: 1 of 2 fresh runs (timing-dependent") and "a, b; nothing" in line
 
 
+def test_a_hostile_store_not_refused_is_written_with_each_wrong_thing_on_a_line(tmp_path):
+    """An answer is told by its outcome and retriable flag, a barrier reported or a changed table as its evidence;
+    a store refused as it must be writes nothing."""
+    from testhost.explore import store_finding
+
+    options = Options(command="./impl", out=tmp_path)
+    refused = {"id": "schema-version", "verdict": "pass", "checks": [], "reason": ""}
+    assert store_finding(refused, tmp_path, options) is None and not list(tmp_path.iterdir())
+    evidence = [{"op": "process-due", "outcome": "fail", "error": {"retriable": True, "message": "not ready"}},
+                {"barriers": ["schedule-claim-before-commit"], "expected": "no barrier"}]
+    case = {"id": "schema-version", "verdict": "fail", "reason": "schema-version-refused", "checks": [
+        {"name": "schema-version-refused", "rule": "Runtime version 4 requires it", "ok": False, "evidence": evidence}]}
+    found = store_finding(case, tmp_path, options)
+    assert found["wrong"][0] == "process-due answered fail, retriable: True, 'not ready'"
+    assert json.loads(found["wrong"][1]) == evidence[1]
+    assert json.loads(Path(found["file"]).read_text())["replay"] == \
+        "crashproof certify --scenario schema-version --impl ./impl"
+
+
 @given(st.text())
 def test_toml_strings_read_back_exactly(text):
     assert tomllib.loads(f"v = {toml_value(text)}")["v"] == text
