@@ -15,6 +15,8 @@ from .model import Model, picture
 # Beyond this many schedules claimed by the interrupted pass, only the tails of its claim order are branched (a
 # pass decides in claim order, so a fault leaves a tail of it); the catalog's passes claim at most a few.
 MAX_SUBSETS_OF = 6
+# Beyond this many choices of which due schedules a bounded interrupted pass claimed, only the model's is branched.
+MAX_CLAIM_CHOICES = 20
 
 
 class Timelines:
@@ -102,19 +104,22 @@ class Timelines:
         self._before = None
         seen = {_key(m) for m in self.branches}
         for before in befores:
-            claimed = [name for name in (before.claimed(now, maximum) if kind == "pass" else
-                                         [s.name for s in before.schedules.values() if before.due(s, now)])
-                       if name not in decided]
-            for skip in left_undecided(claimed):
-                branch = copy.deepcopy(before)
-                if kind == "pass":
-                    branch.pass_(now, maximum, skip=skip)
+            for claims in (claim_choices(before, now, maximum, decided) if kind == "pass" else [None]):
+                if claims is None:
+                    claimed = [s.name for s in before.schedules.values() if before.due(s, now) and s.name not in decided]
+                    skips = left_undecided(claimed)
                 else:
-                    branch.drain(now, skip=skip)
-                if _key(branch) not in seen:
-                    seen.add(_key(branch))
-                    self.branches.append(branch)
-                    self.left.append(skip)
+                    skips = [frozenset()] + left_undecided([name for name in claims if name not in decided])
+                for skip in skips:
+                    branch = copy.deepcopy(before)
+                    if claims is None:
+                        branch.drain(now, skip=skip)
+                    else:
+                        branch.pass_(now, maximum, skip=skip, first=claims)
+                    if _key(branch) not in seen:
+                        seen.add(_key(branch))
+                        self.branches.append(branch)
+                        self.left.append(skip)
 
     def matching(self, database_picture: dict) -> Model:
         """The branch whose picture the database's final state shows (the first branch when none does)."""
@@ -123,6 +128,22 @@ class Timelines:
             if {name: comparable(entry) for name, entry in picture(model).items()} == wanted:
                 return model
         return self.primary
+
+
+def claim_choices(before: Model, now: datetime, maximum: int, decided: set[str]) -> list[list[str]]:
+    """The schedules an interrupted pass bounded to `maximum` may have claimed. Where more are due than the bound:
+    any `maximum` of them that hold every schedule seen `decided` (the claim function ties schedules due at one
+    instant and the spec orders nothing, docs/protocol-notes.md 31p), the model's order first when it is one of them;
+    the model's order alone where there are more choices than MAX_CLAIM_CHOICES."""
+    predicted = before.claimed(now, maximum)
+    due = [s.name for s in before.schedules.values() if before.due(s, now)]
+    if len(due) <= maximum:
+        return [predicted]
+    choices = [list(c) for c in combinations(due, maximum) if set(decided) & set(due) <= set(c)]
+    if not choices or len(choices) > MAX_CLAIM_CHOICES:
+        return [predicted]
+    ordered = [predicted] if any(set(c) == set(predicted) for c in choices) else []
+    return ordered + [c for c in choices if set(c) != set(predicted)]
 
 
 def left_undecided(claimed: list[str]) -> list[frozenset]:

@@ -233,6 +233,48 @@ def test_a_decision_seen_to_commit_is_not_left_and_a_fault_outside_a_pass_branch
     assert len(model.branches) == 1
 
 
+def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_over_which_it_claimed():
+    from datetime import timedelta
+
+    from scenarios.model import T0
+    from testhost.model import Generation, picture
+    from testhost.timelines import Timelines
+    model = Timelines()
+    for name in ("s1", "s2"):
+        model.create(name, Generation(1, "at", T0, at=T0 + timedelta(seconds=60)))
+    model.step_started()
+    assert model.claimed(T0 + timedelta(seconds=61), 1) == ["s1"]  # the model's order: the primary branch's claim
+    model.pass_(T0 + timedelta(seconds=61), 1)
+    model.fork({"s2"})  # s2's decision was seen to commit: this pass claimed s2, which the model's order did not
+    decided = [{name for name, entry in picture(branch).items() if entry["occurrences"]} for branch in model.branches]
+    assert decided[0] == {"s1"}
+    assert {"s2"} in decided[1:] and set() not in decided  # s2 claimed and decided; s2 is never left undecided
+    assert all("s1" not in d for d in decided[1:])  # a branch claiming s1 could not have decided s2
+    model = Timelines()
+    for name in ("s1", "s2"):
+        model.create(name, Generation(1, "at", T0, at=T0 + timedelta(seconds=60)))
+    model.pass_(T0 + timedelta(seconds=61), 1)
+    model.fork()  # nothing seen to commit: either may have been claimed, and either left undecided
+    decided = [frozenset(n for n, e in picture(b).items() if e["occurrences"]) for b in model.branches]
+    assert sorted(decided, key=sorted) == sorted([frozenset({"s1"}), frozenset(), frozenset({"s2"})], key=sorted)
+
+
+def test_the_claim_choices_of_a_bounded_pass_are_bounded():
+    from datetime import timedelta
+
+    from scenarios.model import T0
+    from testhost.model import Generation, Model
+    from testhost.timelines import MAX_CLAIM_CHOICES, claim_choices
+    model = Model()
+    for i in range(8):  # C(8, 4) = 70 choices: more than are branched
+        model.create(f"s{i}", Generation(1, "at", T0, at=T0 + timedelta(seconds=60)))
+    now = T0 + timedelta(seconds=61)
+    assert len(list(__import__("itertools").combinations(range(8), 4))) > MAX_CLAIM_CHOICES
+    assert claim_choices(model, now, 4, set()) == [model.claimed(now, 4)]
+    assert len(claim_choices(model, now, 7, set())) == 8  # C(8, 7): the model's order and the seven others
+    assert claim_choices(model, now, 8, set()) == [model.claimed(now, 8)]  # not bounded below the due
+
+
 def test_the_branches_of_an_interrupted_pass_are_its_claims_subsets_or_their_tails():
     from testhost.timelines import MAX_SUBSETS_OF, left_undecided
     assert left_undecided(["a", "b"]) == [frozenset("a"), frozenset("b"), frozenset("ab")]
