@@ -115,7 +115,7 @@ def _spec(draw, name: str, drawn: Drawn, version: int, kind: str | None = None, 
     if misfire is not None:
         spec["misfire_policy"] = misfire
     if draw(st.booleans()):
-        spec["safety_window_s"] = draw(st.sampled_from((120, 7200)))
+        spec["safety_window_s"] = draw(st.sampled_from((7200, 120)))
     spec["target"] = {"command": f"{name}-v{version}"}
     return spec
 
@@ -506,14 +506,19 @@ CHANGES_BESIDE = tuple((op, barrier) for barrier in BESIDE_BARRIERS[::-1]
 
 
 def _motif_change_beside_decision(draw, drawn: Drawn) -> list[dict] | None:
-    """With one schedule live, a change beside its due pass's held barrier (a scope generation advanced, an update
-    or a delete, mostly beside the decision before its commit, which must lock the fence it read), then the next
-    instant's pass, which meets whatever the change left."""
+    """With one schedule live (the others deleted), a change beside its due pass's held barrier (a scope generation
+    advanced, an update or a delete, mostly beside the decision before its commit, which must lock the fence it
+    read), then the next instant's pass, which meets whatever the change left."""
     steps: list[dict] = []
+    # Of two due at one instant a pass bounded to one may claim either (31p), and the model cannot follow the claims
+    # of a pass a step ran beside: the other schedules are deleted first, the first live Every kept.
     live = drawn.live()
-    if len(live) > 1:
-        return None  # of two due at one instant a pass bounded to one may claim either (31p)
-    name = live[0] if live and live[0] in drawn.every else (_every(draw, drawn, steps) if not live else None)
+    kept = next((name for name in live if name in drawn.every), None)
+    for other in live:
+        if other != kept:
+            drawn.deleted.add(other)
+            steps.append({"op": "delete", "schedule": other})
+    name = kept or _every(draw, drawn, steps)
     if name is None:
         return None
     _due(drawn, [name], steps)
