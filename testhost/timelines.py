@@ -106,8 +106,8 @@ class Timelines:
         for before in befores:
             for claims in (claim_choices(before, now, maximum, decided) if kind == "pass" else [None]):
                 if claims is None:
-                    claimed = [s.name for s in before.schedules.values() if before.due(s, now) and s.name not in decided]
-                    skips = left_undecided(claimed)
+                    skips = left_undecided([s.name for s in before.schedules.values()
+                                            if before.due(s, now) and s.name not in decided])
                 else:
                     skips = [frozenset()] + left_undecided([name for name in claims if name not in decided])
                 for skip in skips:

@@ -140,7 +140,7 @@ def _motifs(steps: list[dict]) -> set[str]:
             found.add("anomaly-then-release")
         if s["op"] == "process" and "during" in s and after.startswith("advance process") and \
                 s["during"]["op"] in ("advance-scope-generation", "update", "delete") and \
-                sum(t["op"] == "create" and t.get("expect") != "fail" for t in steps[:i]) == 1:
+                sum((t["op"] == "create") - (t["op"] == "delete") for t in steps[:i] if t.get("expect") != "fail") == 1:
             found.add("change-beside-decision")
         if s["op"] == "complete-work" and s["state"] in ("running", "retrying", "suspended") and \
                 after.startswith("advance process") and any(
