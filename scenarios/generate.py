@@ -391,7 +391,7 @@ HOLDING = ("suspended", "running", "retrying")  # the held-slot motif's states; 
 def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     """A new Every's first Work held non-terminal (running, retrying or suspended: none releases the slot) while one
     or two instants fall due and coalesce behind it, mostly a generation update then (which supersedes them), then
-    that Work terminal and the pass its requeue asks for."""
+    that Work terminal, the pass its requeue asks for and, after an update, the new generation's first instant's."""
     steps: list[dict] = []
     name = _every(draw, drawn, steps, fresh=True)  # its first Work is the one the pass after its create accepts
     if name is None:
@@ -402,8 +402,10 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     for _ in range(draw(st.integers(1, 2))):
         _due(drawn, [name], steps)
         steps.append({"op": "process"})
+    update = None
     if draw(st.integers(0, 3)) != 3:  # small integers come most: the update, mostly
-        steps.append({"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)})
+        update = {"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)}
+        steps.append(update)
     # Sometimes with the clock set back first: the requeue's pass then claims with a cutoff behind the cursor, which
     # decides nothing (and must not suspend); the clock comes forward again after that pass (31d).
     behind = -BEHIND_S if draw(st.booleans()) else 0
@@ -415,6 +417,15 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     steps.append({"op": "process"})
     if behind:
         steps.append({"op": "advance", "seconds": -behind})
+    if update is not None:
+        # The new generation's first instant's pass: it decides that generation's occurrence, and its bridge must
+        # take none the update superseded.
+        spec = update["spec"]
+        seconds = {"every": lambda: spec["every_s"] + 8, "after": lambda: spec["after_s"] + 1,
+                   "at": lambda: drawn.at[name] - drawn.now + 1}[spec["kind"]]()
+        if seconds > 0:
+            drawn.now += seconds
+            steps += [{"op": "advance", "seconds": seconds}, {"op": "process"}]
     return steps
 
 
