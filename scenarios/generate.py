@@ -396,12 +396,15 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     name = _every(draw, drawn, steps, fresh=True)  # its first Work is the one the pass after its create accepts
     if name is None:
         return None
+    # Each pass over every live schedule: bounded to one, a pass would claim another due one first (longer due, or
+    # the requeue's claimable time later), and the slot this motif holds would meet no pass.
+    over = {"op": "process", **({"maximum_schedules": len(drawn.live())} if len(drawn.live()) > 1 else {})}
     _due(drawn, [name], steps)
-    steps.append({"op": "process"})
+    steps.append(dict(over))
     steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(HOLDING)), "nth": 1})
     for _ in range(draw(st.integers(1, 2))):
         _due(drawn, [name], steps)
-        steps.append({"op": "process"})
+        steps.append(dict(over))
     update = None
     if draw(st.integers(0, 3)) != 3:  # small integers come most: the update, mostly
         update = {"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)}
@@ -414,7 +417,7 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
                   "nth": 1})
     drawn.held.discard(name)
-    steps.append({"op": "process"})
+    steps.append(dict(over))
     if behind:
         steps.append({"op": "advance", "seconds": -behind})
     if update is not None:
@@ -425,7 +428,7 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
                    "at": lambda: drawn.at[name] - drawn.now + 1}[spec["kind"]]()
         if seconds > 0:
             drawn.now += seconds
-            steps += [{"op": "advance", "seconds": seconds}, {"op": "process"}]
+            steps += [{"op": "advance", "seconds": seconds}, dict(over)]
     return steps
 
 
