@@ -183,6 +183,9 @@ class CaseRun:
         self._protocol_error: AdapterProtocolError | None = None  # raised in a racing thread, re-raised here
         self.schedule_ids = {name: scenario.schedule_id(name) for name in scenario.schedules}
         self.schedule_names = {str(i): name for name, i in self.schedule_ids.items()}  # Schedule ID text -> name
+        # Per schedule, its Work IDs in the order they were accepted: accepted_at_utc alone misorders Work accepted
+        # after the clock was set back, so the order is taken before each backward move and extended after it.
+        self.work_order: dict[str, list[str]] = {}
         self.model = Timelines()  # what Gate A says this timeline must produce, kept step by step
         self.client_outcomes: list[tuple[Step, Response, dict]] = []
         self.command_facts: dict[str, list] = {}  # per client check, what each client step showed it
@@ -349,6 +352,8 @@ class CaseRun:
         self._partitioned_month = months.pop() if len(months) == 1 else None
 
     def advance(self, delta: timedelta) -> None:
+        if delta < timedelta(0):
+            self._works_in_acceptance_order()
         self.world.clock.shift(delta)
         if self.world.clock.frozen:
             self.frozen_instants.add(self.world.clock.now())
@@ -475,12 +480,23 @@ class CaseRun:
         return row["revision"] if row else 0
 
     def _nth_work(self, schedule: str, nth: int) -> str | None:
-        prefix = f"schedule-occurrence/v1|{SCOPE}|{self.schedule_ids[schedule]}|%"
-        with self.owner() as conn:
-            rows = conn.execute("select work_id from appsurface_durable.work_items where idempotency_key like %s "
-                                "order by accepted_at_utc, work_id", (prefix,)).fetchall()
+        works = self._works_in_acceptance_order().get(schedule, [])
         index = nth - 1 if nth > 0 else nth
-        return str(rows[index]["work_id"]) if -len(rows) <= index < len(rows) else None
+        return works[index] if -len(works) <= index < len(works) else None
+
+    def _works_in_acceptance_order(self) -> dict[str, list[str]]:
+        """Each schedule's Work IDs in acceptance order: those seen before, then the new ones by accepted_at_utc
+        (no backward clock move has come between them, since one takes this order first)."""
+        with self.owner() as conn:
+            rows = conn.execute("select work_id, split_part(idempotency_key, '|', 3) as schedule_id "
+                                "from appsurface_durable.work_items where idempotency_key like %s "
+                                "order by accepted_at_utc, work_id", (f"schedule-occurrence/v1|{SCOPE}|%",)).fetchall()
+        for row in rows:
+            name = self.schedule_names.get(row["schedule_id"])
+            order = self.work_order.setdefault(name, []) if name is not None else []
+            if str(row["work_id"]) not in order:
+                order.append(str(row["work_id"]))
+        return self.work_order
 
     def _work_state(self, work_id: str) -> str | None:
         with self.owner() as conn:
@@ -595,6 +611,8 @@ class CaseRun:
 
     def set_clock(self, when: datetime, *, freeze: bool) -> None:
         """The server clock at `when`; frozen there for the next step when asked (the step after this one)."""
+        if when < self.world.clock.now():
+            self._works_in_acceptance_order()
         if freeze:
             self.world.clock.freeze(when)
             self.frozen_instants.add(when)

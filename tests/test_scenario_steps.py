@@ -344,3 +344,69 @@ works = 1
     refused = [e for e in outcome.timeline if e["event"] == "response" and e["op"].startswith("update")]
     assert [(e["op"], e["outcome"]) for e in refused] == [("update (beside the held barrier)", "fail")]
     assert outcome.picture["sync"]["generation"] == 1
+
+
+# Found by explore: a Work accepted after the clock was set back bears an acceptance time before the Work accepted
+# ahead of it, so ordering by accepted_at_utc alone made `nth` name the first Work where the model (and the
+# scenario's author) meant the second.
+ACCEPTED_BEHIND = """
+[[steps]]
+op = "create"
+schedule = "tick"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "tick" } }
+
+[[steps]]
+op = "advance"
+seconds = 68
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "complete-work"
+schedule = "tick"
+state = "suspended"
+nth = 1
+
+[[steps]]
+op = "advance"
+seconds = 60
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = -300
+
+[[steps]]
+op = "complete-work"
+schedule = "tick"
+state = "succeeded"
+nth = 1
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = 300
+
+[[steps]]
+op = "complete-work"
+schedule = "tick"
+state = "succeeded"
+nth = 2
+
+[expect.tick]
+works = 2
+"""
+
+
+@pytest.mark.parametrize("command", [REFERENCE_COMMAND, GO], ids=["reference", "go"])
+def test_nth_work_is_acceptance_order_even_for_work_accepted_after_the_clock_was_set_back(world, tmp_path, command):
+    scenario = parse("accepted-behind", "fault_free = true\n" + ACCEPTED_BEHIND)
+    outcome = run_case(world, scenario, CasePlan("accepted-behind"), command, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    works = [o[-1] for o in outcome.picture["tick"]["occurrences"] if o[-1] is not None]
+    assert sorted(works) == ["succeeded", "succeeded"]  # the second step's nth 2 reached the coalesced Work
