@@ -122,10 +122,12 @@ class Timelines:
                         self.left.append(skip)
 
     def matching(self, database_picture: dict) -> Model:
-        """The branch whose picture the database's final state shows (the first branch when none does)."""
-        wanted = {name: comparable(entry) for name, entry in database_picture.items()}
+        """The branch whose picture the database's final state shows (the first branch when none does), compared as
+        model-agreement compares: a schedule absent from one picture is one with no entry (a refused create)."""
         for model in self.branches:
-            if {name: comparable(entry) for name, entry in picture(model).items()} == wanted:
+            ours = picture(model)
+            if all(comparable(ours.get(name)) == comparable(database_picture.get(name))
+                   for name in set(ours) | set(database_picture)):
                 return model
         return self.primary
 

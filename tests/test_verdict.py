@@ -221,6 +221,18 @@ def test_a_fault_in_a_pass_branches_the_model_over_what_the_pass_left_to_the_rec
     assert model.matching({"x": None}) is model.primary  # nothing matches: judged against the fault-free branch
 
 
+def test_a_branch_matches_a_database_that_shows_no_entry_for_a_schedule_whose_create_was_refused():
+    model, t0, s = _every30()
+    model.step_started()
+    model.pass_(t0 + s(seconds=58), 1)
+    model.fork()
+    model.drain(t0 + s(seconds=61))
+    from testhost.model import picture
+    database = {**picture(model.branches[1]), "refused": None}  # the refused create's name: no row, no model entry
+    assert "refused" not in picture(model.branches[1])
+    assert model.matching(database) is model.branches[1]
+
+
 def test_a_decision_seen_to_commit_is_not_left_and_a_fault_outside_a_pass_branches_nothing():
     model, t0, s = _every30()
     model.pass_(t0 + s(seconds=58), 1)
