@@ -56,8 +56,15 @@ def mutants(names: list[str] | None = None) -> list[dict]:
     for mutant in [by_name[name] for name in names] if names else MUTANTS:  # in the order asked (misses first)
         out = Path(tempfile.mkdtemp(prefix=f"bench-explore-{mutant.name}-"))
         started = time.monotonic()
-        _, report = explore(Options(command=mutant.command, jobs=2, out=out / "found", report_dir=out / "report",
+        code, report = explore(Options(command=mutant.command, jobs=2, out=out / "found", report_dir=out / "report",
                                     migrations=migrations_dir(mutant), progress=lambda line: None))
+        if "run" not in report:  # the harness failed (a world that did not come up): a row that says so, and on
+            row = {"mutant": mutant.name, "found": None, "rule_named": None,
+                   "error": f"explore exited {code} with no report (its stderr says why)",
+                   "seconds": round(time.monotonic() - started, 1)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            continue
         found = report["run"]["explore"]["found"]
         # A find counts only where its written scenario passes on the reference: one the reference fails too is
         # the harness's (a model that disagrees with every correct implementation), not the mutant's.

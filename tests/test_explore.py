@@ -466,3 +466,21 @@ def test_a_drawn_release_with_no_epoch_advanced_expects_the_refusal_and_catches_
     caught = run_case(world, scenario, CasePlan(scenario.name), mutant.command, tmp_path / "mutant")
     failed = [c for c in caught.checks if not c.ok]
     assert any(c.name == "step-outcomes" and mutant.rule in c.rule for c in failed), caught.reason
+
+
+def test_the_mutant_sweep_writes_a_row_for_a_run_the_harness_failed_and_goes_on(monkeypatch, capsys):
+    """A world that does not come up (a Toxiproxy that never answered, under load) ends that mutant's explore with
+    exit 3 and no report: the sweep says so in its row and sweeps the next mutant."""
+    import bench.explore_bench as sweep
+    import testhost.explore as explore_module
+    calls = []
+
+    def failing_explore(options):
+        calls.append(options.command)
+        return 3, {}
+    monkeypatch.setattr(explore_module, "explore", failing_explore)
+    rows = sweep.mutants(["cursor-own-transaction", "random-work-id"])
+    assert [r["mutant"] for r in rows] == ["cursor-own-transaction", "random-work-id"] and len(calls) == 2
+    assert all(r["found"] is None and "exited 3" in r["error"] for r in rows)
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == rows
