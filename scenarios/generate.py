@@ -405,13 +405,18 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     for _ in range(draw(st.integers(1, 2))):
         _due(drawn, [name], steps)
         steps.append(dict(over))
+    # Then one of: an update (which supersedes what coalesced, so the terminal transition requeues nothing); the
+    # clock set back before the terminal transition, so the requeue's pass claims with a cutoff behind the cursor,
+    # which decides nothing (and must not suspend; the clock comes forward again after that pass, 31d); or neither.
+    # One draw: the update on two of its four values, the clock set back on one, neither on the last (Hypothesis
+    # draws some values far more than others; over seed 0's 400 programs the first two come out about even). Set
+    # back after an update, the clock would meet no pass: nothing is requeued.
+    variant = draw(st.integers(0, 3))
     update = None
-    if draw(st.integers(0, 3)) != 3:  # small integers come most: the update, mostly
+    if variant in (0, 2):
         update = {"op": "update", "schedule": name, "spec": _spec(draw, name, drawn, 2)}
         steps.append(update)
-    # Sometimes with the clock set back first: the requeue's pass then claims with a cutoff behind the cursor, which
-    # decides nothing (and must not suspend); the clock comes forward again after that pass (31d).
-    behind = -BEHIND_S if draw(st.booleans()) else 0
+    behind = -BEHIND_S if variant == 1 else 0
     if behind:
         steps.append({"op": "advance", "seconds": behind})
     steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
