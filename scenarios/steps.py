@@ -720,7 +720,7 @@ works = 1
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return
         case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
-        case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+        case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
 
     def run_beside(self, case, step):
         """The transition from the host's own session while a pass is held (the implementation answers nothing
@@ -737,14 +737,14 @@ works = 1
         case._record(response, f"{step.op} (beside the held barrier)")
         if response.outcome != "ok":
             return "refused"  # answered, and changed nothing
-        case.model.work(args["schedule"], args.get("nth", -1), args["state"])
+        case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
         return "committed"
 
     def replay(self, replay, step, skip):
         args = step.args
         started = [o for o in replay.model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
         if _choose(started, args.get("nth", -1)) is not None:
-            replay.model.work(args["schedule"], args.get("nth", -1), args["state"])
+            replay.model.work(args["schedule"], args.get("nth", -1), args["state"], replay.now)
 
 
 @step_kind

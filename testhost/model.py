@@ -175,14 +175,20 @@ class Model:
     def advance_scope_generation(self) -> None:
         self.scope_generation += 1
 
-    def work(self, name: str, nth: int, state: str) -> None:
-        started = [o for o in self.schedules[name].occurrences if o.state == "materialized"]
+    def work(self, name: str, nth: int, state: str, now: datetime | None = None) -> None:
+        """A Work transition at `now`. A terminal one with a coalesced occurrence waiting requeues the dispatch row
+        claimable at the transition's time, so a pass on a clock set back before it claims nothing (docs/protocol-
+        notes.md 31q)."""
+        s = self.schedules[name]
+        started = [o for o in s.occurrences if o.state == "materialized"]
         index = nth - 1 if nth > 0 else nth
         if not -len(started) <= index < len(started):
             return  # no such Work in this timeline (a branch where a fault left its pass undecided): nothing moves
         target = started[index]
         if target.work not in TERMINAL:
             target.work = state
+            if state in TERMINAL and now is not None and s.pending_coalesced() is not None:
+                s.claimable_at = now
 
     # -- processing -----------------------------------------------------------------------------------
 

@@ -180,3 +180,22 @@ def test_a_lease_left_to_expire_is_claimable_at_its_expiry_and_ordered_by_it():
     model.pass_(T + 3 * MIN, 1)  # processed: the lease released, claimable by its due time again
     assert occurrences(model, "s1") == [(1, "recovery", T + MIN, T + 3 * MIN, "materialized", "pending")]
     assert model.schedules["s1"].claimable_at is None
+
+
+def test_a_terminal_transition_requeues_claimable_at_its_own_time_so_a_clock_set_back_claims_nothing():
+    model = Model()
+    model.create("s", every())
+    model.pass_(T + MIN)  # the first Work, accepted
+    model.pass_(T + 2 * MIN)  # the next instant coalesces behind it
+    model.work("s", 1, "succeeded", T + 2 * MIN + timedelta(seconds=10))  # the requeue, at the terminal time
+    assert not model.due(model.schedules["s"], T + 2 * MIN)  # the clock set back before it: nothing to claim
+    model.pass_(T + 2 * MIN)
+    assert occurrences(model)[-1] == (1, "coalesced", T + 2 * MIN, T + 2 * MIN, "pending", None)
+    model.pass_(T + 2 * MIN + timedelta(seconds=10))  # the clock back at the terminal time: the requeue's pass
+    assert occurrences(model)[-1] == (1, "coalesced", T + 2 * MIN, T + 2 * MIN, "materialized", "pending")
+    untimed = Model()
+    untimed.create("s", every())
+    untimed.pass_(T + MIN)
+    untimed.pass_(T + 2 * MIN)
+    untimed.work("s", 1, "succeeded")  # no time given: claimable at once, as before
+    assert untimed.due(untimed.schedules["s"], T + 2 * MIN)

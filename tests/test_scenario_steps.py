@@ -410,3 +410,54 @@ def test_nth_work_is_acceptance_order_even_for_work_accepted_after_the_clock_was
     assert outcome.verdict == "pass", outcome.reason
     works = [o[-1] for o in outcome.picture["tick"]["occurrences"] if o[-1] is not None]
     assert sorted(works) == ["succeeded", "succeeded"]  # the second step's nth 2 reached the coalesced Work
+
+
+# Found by explore: the first Work made terminal beside the decision of the tick behind it requeues the schedule
+# claimable at its terminal time; the clock set back 30 s then meets no claim, and the scope generation advanced
+# once the clock is back fences the requeue's pass. The model had the requeue claimable at once, so the pass on the
+# clock set back materialized the coalesced occurrence before the fence.
+REQUEUED_BEHIND = """
+[[steps]]
+op = "create"
+schedule = "s1"
+spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v1" } }
+
+[[steps]]
+op = "advance"
+seconds = 68
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = 61
+
+[[steps]]
+op = "process"
+cancel_after = 1
+during = { barrier = "schedule-decision-after-commit", op = "complete-work", schedule = "s1", nth = 1, state = "succeeded" }
+
+[[steps]]
+op = "advance"
+seconds = -30
+
+[[steps]]
+op = "process"
+
+[[steps]]
+op = "advance"
+seconds = 30
+
+[[steps]]
+op = "advance-scope-generation"
+"""
+
+
+@pytest.mark.parametrize("command", [REFERENCE_COMMAND, GO], ids=["reference", "go"])
+def test_a_requeue_is_claimable_at_its_terminal_time_not_on_a_clock_set_back_before_it(world, tmp_path, command):
+    scenario = parse("requeued-behind", "fault_free = true\n" + REQUEUED_BEHIND)
+    outcome = run_case(world, scenario, CasePlan("requeued-behind"), command, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    assert (outcome.picture["s1"]["lifecycle"], outcome.picture["s1"]["suspension"]) == ("suspended",
+                                                                                       "scope-generation")
