@@ -485,12 +485,15 @@ class CaseRun:
         return works[index] if -len(works) <= index < len(works) else None
 
     def _works_in_acceptance_order(self) -> dict[str, list[str]]:
-        """Each schedule's Work IDs in acceptance order: those seen before, then the new ones by accepted_at_utc
-        (no backward clock move has come between them, since one takes this order first)."""
+        """Each schedule's Work IDs in acceptance order: those seen before and still in the store (a restore drill
+        takes back what it did not hold), then the new ones by accepted_at_utc (no backward clock move has come
+        between them, since one takes this order first)."""
         with self.owner() as conn:
             rows = conn.execute("select work_id, split_part(idempotency_key, '|', 3) as schedule_id "
                                 "from appsurface_durable.work_items where idempotency_key like %s "
                                 "order by accepted_at_utc, work_id", (f"schedule-occurrence/v1|{SCOPE}|%",)).fetchall()
+        present = {str(row["work_id"]) for row in rows}
+        self.work_order = {name: [w for w in order if w in present] for name, order in self.work_order.items()}
         for row in rows:
             name = self.schedule_names.get(row["schedule_id"])
             order = self.work_order.setdefault(name, []) if name is not None else []

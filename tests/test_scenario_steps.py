@@ -461,3 +461,17 @@ def test_a_requeue_is_claimable_at_its_terminal_time_not_on_a_clock_set_back_bef
     assert outcome.verdict == "pass", outcome.reason
     assert (outcome.picture["s1"]["lifecycle"], outcome.picture["s1"]["suspension"]) == ("suspended",
                                                                                        "scope-generation")
+
+
+def test_nth_work_after_a_restore_counts_only_the_work_the_store_still_holds(world, tmp_path):
+    """The drill's Work accepted after the backup is gone once it is restored: `nth = 2` is then the recovery
+    occurrence's Work, not the second Work ever seen."""
+    text = (Path(__file__).resolve().parent.parent / "scenarios" / "catalog" / "restore-drill.toml").read_text()
+    head, expect = text.split("[expect.tick]")
+    then = '[[steps]]\nop = "complete-work"\nschedule = "tick"\nstate = "succeeded"\nnth = 2\n\n'
+    text = head + then + "[expect.tick]" + expect
+    scenario = parse("restore-drill-then-work", "fault_free = true\n" + text)
+    outcome = run_case(world, scenario, CasePlan("restore-drill-then-work"), REFERENCE_COMMAND, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    works = {o[1]: o[-1] for o in outcome.picture["tick"]["occurrences"]}
+    assert works["recovery"] == "succeeded"
