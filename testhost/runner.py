@@ -496,7 +496,9 @@ class CaseRun:
         self.work_order = {name: [w for w in order if w in present] for name, order in self.work_order.items()}
         for row in rows:
             name = self.schedule_names.get(row["schedule_id"])
-            order = self.work_order.setdefault(name, []) if name is not None else []
+            if name is None:
+                continue  # a Work no schedule of this case owns
+            order = self.work_order.setdefault(name, [])
             if str(row["work_id"]) not in order:
                 order.append(str(row["work_id"]))
         return self.work_order
