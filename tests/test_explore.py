@@ -171,6 +171,31 @@ def test_every_swarm_feature_is_drawn(feature):
     assert feature in _features(*found)
 
 
+def _terminal_beside_held_decision(steps: list[dict]) -> bool:
+    """A held first Work turned terminal beside a later pass's committed decision, its schedule the only one live."""
+    for i, s in enumerate(steps):
+        during = s.get("during") or {}
+        if s["op"] != "process" or during.get("op") != "complete-work" or \
+                during.get("barrier") != "schedule-decision-after-commit":
+            continue
+        name = during["schedule"]
+        held = any(t["op"] == "complete-work" and t["schedule"] == name and t["state"] in ("running", "retrying",
+                                                                                         "suspended")
+                   for t in steps[:i])
+        live = sum((t["op"] == "create") - (t["op"] == "delete") for t in steps[:i] if t.get("expect") != "fail")
+        if held and live == 1 and steps[i - 1]["op"] == "advance" and steps[i + 1]["op"] == "process":
+            return True
+    return False
+
+
+def test_the_held_slot_motif_draws_the_terminal_transition_beside_a_committed_decision():
+    """The requeue written between a decision's commit and the rest of its pass (29i), over a slot held across
+    instants: the held-slot motif draws it, with the other schedules deleted first (31m)."""
+    found = find(scenario_programs(max_steps=10), lambda program: _terminal_beside_held_decision(program[0]),
+                 settings=settings(max_examples=3000, database=None, deadline=None, phases=(Phase.generate,)))
+    assert _terminal_beside_held_decision(found[0])
+
+
 def test_a_program_that_asked_for_a_moment_its_timeline_lacks_is_set_aside():
     def case(*checks):
         return {"checks": [{"name": n, "ok": False, "evidence": e} for n, e in checks]}
