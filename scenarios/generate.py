@@ -391,8 +391,7 @@ HOLDING = ("suspended", "running", "retrying")  # the held-slot motif's states; 
 def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     """A new Every's first Work held non-terminal (running, retrying or suspended: none releases the slot) while one
     or two instants fall due and coalesce behind it, mostly a generation update then (which supersedes them), then
-    that Work terminal (as a step, or beside a pass's committed decision), the pass its requeue asks for and, after
-    an update, the new generation's first instant's."""
+    that Work terminal, the pass its requeue asks for and, after an update, the new generation's first instant's."""
     steps: list[dict] = []
     name = _every(draw, drawn, steps, fresh=True)  # its first Work is the one the pass after its create accepts
     if name is None:
@@ -408,11 +407,10 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
         steps.append(dict(over))
     # Then one of: an update (which supersedes what coalesced, so the terminal transition requeues nothing); the
     # clock set back before the terminal transition, so the requeue's pass claims with a cutoff behind the cursor,
-    # which decides nothing (and must not suspend; the clock comes forward again after that pass, 31d); or neither,
-    # the transition then beside a pass's committed decision. One draw: the update on two of its four values, the
-    # clock set back on one, neither on the last (Hypothesis draws some values far more than others; over seed 0's
-    # 400 programs the first two come out about even). Set back after an update, the clock would meet no pass:
-    # nothing is requeued.
+    # which decides nothing (and must not suspend; the clock comes forward again after that pass, 31d); or neither.
+    # One draw: the update on two of its four values, the clock set back on one, neither on the last (Hypothesis
+    # draws some values far more than others; over seed 0's 400 programs the first two come out about even). Set
+    # back after an update, the clock would meet no pass: nothing is requeued.
     variant = draw(st.integers(0, 3))
     update = None
     if variant in (0, 2):
@@ -421,21 +419,8 @@ def _motif_held_slot(draw, drawn: Drawn) -> list[dict] | None:
     behind = -BEHIND_S if variant == 1 else 0
     if behind:
         steps.append({"op": "advance", "seconds": behind})
-    terminal = draw(st.sampled_from(TERMINAL_STATES))
-    if variant == 3:
-        # Neither: one more instant falls due and coalesces, and the Work turns terminal between that decision's
-        # commit and the rest of its pass. The requeue it writes is the pass's to leave in place (29i); the pass
-        # after claims it. With this schedule alone live (the others deleted first): beside a pass over two, the
-        # model cannot tell which decision the step came after (31m).
-        for other in drawn.live():
-            if other != name:
-                drawn.deleted.add(other)
-                steps.append({"op": "delete", "schedule": other})
-        _due(drawn, [name], steps)
-        steps.append({"op": "process", "during": {"barrier": BESIDE_AFTER_DECISION[0], "op": "complete-work",
-                                                  "schedule": name, "nth": 1, "state": terminal}})
-    else:
-        steps.append({"op": "complete-work", "schedule": name, "state": terminal, "nth": 1})
+    steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(TERMINAL_STATES)),
+                  "nth": 1})
     drawn.held.discard(name)
     steps.append(dict(over))
     if behind:
@@ -554,13 +539,40 @@ def _motif_change_beside_decision(draw, drawn: Drawn) -> list[dict] | None:
             steps.append({"op": "delete", "schedule": other})
     name = kept or _every(draw, drawn, steps)
     if name is None:
-        return None
+        return steps  # the deletes stay: the schedules they delete are deleted in what the generator draws next
     _due(drawn, [name], steps)
     # A scope generation beside the decision first (Hypothesis draws False most), the other pairs in one draw.
     op, barrier = CHANGES_BESIDE[0] if not draw(st.booleans()) else \
         CHANGES_BESIDE[draw(st.integers(1, len(CHANGES_BESIDE) - 1))]
     steps.append({"op": "process", "during": _change_beside(draw, drawn, op, barrier, name)})
     _due(drawn, [name], steps)
+    steps.append({"op": "process"})
+    return steps
+
+
+def _motif_terminal_beside_decision(draw, drawn: Drawn) -> list[dict] | None:
+    """A new Every, alone live (the others deleted), its first Work accepted (or held running, retrying or
+    suspended); at its next instant that Work turns terminal between the decision that coalesced the instant behind
+    it and the rest of the pass, and the pass after claims the requeue that transition wrote (29i)."""
+    steps: list[dict] = []
+    fresh = _create(draw, drawn, kind="every")
+    if fresh is None:
+        return None  # no name left for a new Every: an older one's first Work may hold anything (31n)
+    name = fresh["schedule"]
+    steps.append({"op": "create", **fresh})
+    # Beside a pass over two, the model cannot tell which decision the step came after (31m).
+    for other in drawn.live():
+        if other != name:
+            drawn.deleted.add(other)
+            steps.append({"op": "delete", "schedule": other})
+    _due(drawn, [name], steps)
+    steps.append({"op": "process"})  # its first Work accepted: a Work not yet terminal holds the slot
+    if draw(st.booleans()):
+        steps.append({"op": "complete-work", "schedule": name, "state": draw(st.sampled_from(HOLDING)), "nth": 1})
+    _due(drawn, [name], steps)
+    steps.append({"op": "process", "during": {"barrier": BESIDE_AFTER_DECISION[0], "op": "complete-work",
+                                              "schedule": name, "nth": 1,
+                                              "state": draw(st.sampled_from(TERMINAL_STATES))}})
     steps.append({"op": "process"})
     return steps
 
@@ -576,6 +588,7 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "reanchor": _motif_reanchor,
     "late-in-window": _motif_late_in_window,
     "past-frozen-instant": _motif_past_frozen_instant,
+    "terminal-beside-decision": _motif_terminal_beside_decision,
 }
 MOTIF_WEIGHT = 6
 

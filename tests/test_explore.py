@@ -16,8 +16,8 @@ from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize
-from scenarios.generate import (GENERATORS, NOT_GENERATED, RELEASE_REFUSED, SWARM, program_name, programs,
-                                 scenario_programs, scenario_toml, toml_value)
+from scenarios.generate import (DELETED_TERMINAL, GENERATORS, MOTIFS, NAMES, NOT_GENERATED, RELEASE_REFUSED, SWARM,
+                                 Drawn, program_name, programs, scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.explore import Options, explore, progress_line, reproduced_line
@@ -99,6 +99,23 @@ def test_a_drawn_program_with_its_header_is_a_valid_scenario_file(program):
                 assert "maximum_schedules" not in pass_  # beside a pass over one schedule (protocol-notes 31m)
             if "cancel_at" in pass_ or "revoke" in pass_:
                 assert "during" not in pass_ and "expect" not in pass_
+    deleted: set[str] = set()
+    for step in steps:  # what the generator expects deleted is what the program's steps deleted
+        if step.get("rule") == DELETED_TERMINAL:
+            assert step["schedule"] in deleted
+        for change in (step, step.get("during") or {}):
+            if change.get("op") == "delete" and change.get("expect") != "fail":
+                deleted.add(change["schedule"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_change_beside_decision_with_no_every_and_no_name_free_marks_deleted_only_what_it_deletes(data):
+    """Every name taken by an At: the motif deletes them and can create no Every; the deletes stay in its steps,
+    or an update drawn after them would expect a refusal the store never gives."""
+    drawn = Drawn(created=list(NAMES), at={name: 60 for name in NAMES})
+    steps = MOTIFS["change-beside-decision"](data.draw, drawn)
+    assert {s["schedule"] for s in steps if s["op"] == "delete"} == drawn.deleted == set(NAMES)
 
 
 def _features(steps: list[dict], header: dict) -> set[str]:
@@ -160,7 +177,29 @@ def _motifs(steps: list[dict]) -> set[str]:
             found.add("late-in-window")
         if s["op"] == "set-clock" and after.startswith("process advance process") and steps[i + 2]["seconds"] == 1:
             found.add("past-frozen-instant")
+        if _terminal_beside_decision(steps, i):
+            found.add("terminal-beside-decision")
     return found if ops else set()
+
+
+def _terminal_beside_decision(steps: list[dict], i: int) -> bool:
+    """At step i, a new Every left alone live (the others deleted), its first pass, maybe its first Work held, then
+    that Work turned terminal beside the next pass's committed decision, and a pass after."""
+    s = steps[i]
+    if s["op"] != "create" or (s.get("spec") or {}).get("kind") != "every":
+        return False
+    j = i + 1
+    while j < len(steps) and steps[j]["op"] == "delete":
+        j += 1
+    live = sum((t["op"] == "create") - (t["op"] == "delete") for t in steps[:j] if t.get("expect") != "fail")
+    rest = steps[j:]
+    if rest[2:3] and rest[2]["op"] == "complete-work" and rest[2]["state"] in ("running", "retrying", "suspended"):
+        rest = rest[:2] + rest[3:]
+    during = (rest[3].get("during") or {}) if len(rest) > 3 else {}
+    return live == 1 and [t["op"] for t in rest[:5]] == ["advance", "process", "advance", "process", "process"] \
+        and {k: v for k, v in during.items() if k != "state"} == {
+            "barrier": "schedule-decision-after-commit", "op": "complete-work", "schedule": s["schedule"], "nth": 1} \
+        and during["state"] in ("succeeded", "failed", "canceled")
 
 
 @pytest.mark.parametrize("feature", SWARM)
@@ -169,31 +208,6 @@ def test_every_swarm_feature_is_drawn(feature):
     found = find(scenario_programs(max_steps=10), lambda program: feature in _features(*program),
                  settings=settings(max_examples=3000, database=None, deadline=None, phases=(Phase.generate,)))
     assert feature in _features(*found)
-
-
-def _terminal_beside_held_decision(steps: list[dict]) -> bool:
-    """A held first Work turned terminal beside a later pass's committed decision, its schedule the only one live."""
-    for i, s in enumerate(steps):
-        during = s.get("during") or {}
-        if s["op"] != "process" or during.get("op") != "complete-work" or \
-                during.get("barrier") != "schedule-decision-after-commit":
-            continue
-        name = during["schedule"]
-        held = any(t["op"] == "complete-work" and t["schedule"] == name and t["state"] in ("running", "retrying",
-                                                                                         "suspended")
-                   for t in steps[:i])
-        live = sum((t["op"] == "create") - (t["op"] == "delete") for t in steps[:i] if t.get("expect") != "fail")
-        if held and live == 1 and steps[i - 1]["op"] == "advance" and steps[i + 1]["op"] == "process":
-            return True
-    return False
-
-
-def test_the_held_slot_motif_draws_the_terminal_transition_beside_a_committed_decision():
-    """The requeue written between a decision's commit and the rest of its pass (29i), over a slot held across
-    instants: the held-slot motif draws it, with the other schedules deleted first (31m)."""
-    found = find(scenario_programs(max_steps=10), lambda program: _terminal_beside_held_decision(program[0]),
-                 settings=settings(max_examples=3000, database=None, deadline=None, phases=(Phase.generate,)))
-    assert _terminal_beside_held_decision(found[0])
 
 
 def test_a_program_that_asked_for_a_moment_its_timeline_lacks_is_set_aside():
