@@ -70,16 +70,19 @@ def mutants(names: list[str] | None = None) -> list[dict]:
         # the harness's (a model that disagrees with every correct implementation), not the mutant's.
         for item in found:
             item["reference"] = reference_verdict(out / "found", item["case"])
-        naming = [f for f in found if any(mutant.rule in c["rule"] or mutant.rule == c["name"] for c in f["checks"])
-                  and f["reference"] == "pass"]
+        # Its own rule, or another sentence its catalog entry shows it breaks (`also`, each failing in its slice).
+        naming = [f for f in found if _names(mutant.rules, f["checks"]) and f["reference"] == "pass"]
         # The hostile phase's finds count too: a call not refused, judged under its check's rule.
         hostile = report["run"]["explore"]["hostile"]["found"]
-        hostile_naming = [h for h in hostile if mutant.rule in h["rule"]]
+        hostile_naming = [h for h in hostile if _names(mutant.rules, [h])]
         first = (naming or found or [{}])[0]  # each job shrinks its own first failure
         verdicts = {c["id"]: c for c in report["cases"]}
         why = verdicts.get(first.get("case"), {})
         real = [f for f in found if f["reference"] == "pass"]
+        own = [f for f in naming if _names((mutant.rule,), f["checks"])] + \
+            [h for h in hostile_naming if _names((mutant.rule,), [h])]
         row = {"mutant": mutant.name, "found": bool(real or hostile), "rule_named": bool(naming or hostile_naming),
+               "own_rule_named": bool(own),
                "verdict": why.get("verdict"), "reason": (why.get("reason") or "")[:160],
                "hostile": [h["check"] for h in hostile],
                "steps_to_failure": first.get("steps_to_failure"), "examples": first.get("examples_to_failure"),
@@ -91,6 +94,11 @@ def mutants(names: list[str] | None = None) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _names(rules: tuple[str, ...], checks: list[dict]) -> bool:
+    """Some check names one of the rules: its sentence in the check's rule, or the check's own name."""
+    return any(rule in check["rule"] or rule == check.get("name") for check in checks for rule in rules)
 
 
 def reference_verdict(catalog: Path, case_id: str) -> str:

@@ -37,6 +37,13 @@ class Mutant:
     description: str
     edits: tuple[Edit, ...]
     slice: tuple[str, ...] = ()  # case-id patterns where the matrix is expected to catch it first
+    # Other spec sentences (verbatim) the edit breaks by its construction, each shown failing in its slice (a test
+    # holds it to that): a find that names one of them names the mutant too.
+    also: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return (self.rule,) + self.also
 
     @property
     def changes_schema(self) -> bool:

@@ -292,7 +292,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "The decision judges lateness against the default window of 3,600 s, not the generation's configured one.",
         (Edit("processor.py", "evaluation = evaluate(generation.timing, cursor, cutoff, generation.safety_window)",
               "evaluation = evaluate(generation.timing, cursor, cutoff, timedelta(seconds=3600))"),),
-        slice=("safety-window-sides",)),
+        # Both sides of the configured window: past a window shorter than the default it decides a recovery range
+        # where the spec suspends (safety-window-sides' 120 s schedule shows it).
+        slice=("safety-window-sides",), also=(ANOMALY,)),
     Mutant(
         "maximum-schedules-ignored", BOUNDED,
         "A pass claims every due schedule, whatever maximum_schedules it was asked for.",

@@ -56,6 +56,12 @@ class Verdict:
         return self.mutant.rule in rule or self.mutant.rule == name
 
     @property
+    def also_named(self) -> list[str]:
+        """The other sentences the mutant is declared to break that some failed case's check names."""
+        return [also for also in getattr(self.mutant, "also", ()) if any(
+            also in rule for c in self.failed for _, rule in c["checks"])]
+
+    @property
     def killed(self) -> bool:
         return bool(self.naming)
 
@@ -65,7 +71,9 @@ class Verdict:
         checks = {name for c in cases for name, rule in c["checks"] if not self.killed or self._names(name, rule)}
         return {"mutant": self.mutant.name, "rule": self.mutant.rule, "description": self.mutant.description,
                 "caught": self.caught, "rule_named": self.killed, "cases_run": self.cases_run,
-                "caught_by": [c["id"] for c in cases], "checks_named": sorted(checks), "errors": self.errors[:5]}
+                "caught_by": [c["id"] for c in cases], "checks_named": sorted(checks),
+                "also": list(getattr(self.mutant, "also", ())), "also_named": self.also_named,
+                "errors": self.errors[:5]}
 
 
 def _matches(plan: CasePlan, patterns: tuple[str, ...]) -> bool:

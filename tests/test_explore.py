@@ -523,3 +523,25 @@ def test_the_mutant_sweep_writes_a_row_for_a_run_the_harness_failed_and_goes_on(
     assert all(r["found"] is None and "exited 3" in r["error"] for r in rows)
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == rows
+
+
+@pytest.mark.parametrize("checks, named, own", [
+    ([{"name": "anomaly-suspends", "rule": "An anomalously large forward cutoff suspends the Schedule without moving "
+                                           "its cursor. (...)"}], True, False),
+    ([{"name": "anomaly-only-past-the-window", "rule": BY_NAME["safety-window-ignored"].rule + " (...)"}], True, True),
+    ([{"name": "model-agreement", "rule": "Gate A as docs/protocol-notes.md reads the spec"}], False, False),
+])
+def test_the_mutant_sweep_names_a_mutant_by_its_rule_or_one_its_entry_shows_it_breaks(monkeypatch, tmp_path, checks,
+                                                                                        named, own):
+    """safety-window-ignored breaks both sides of a configured window (`also`): a find under the anomaly sentence
+    names it, though not by its own rule; a find under neither does not."""
+    import bench.explore_bench as sweep
+    import testhost.explore as explore_module
+    find = {"case": "explore-x", "checks": checks, "steps": 3, "steps_to_failure": 9, "examples_to_failure": 2,
+            "replayed": {"runs": 2, "reproduced": 2}}
+    report = {"run": {"explore": {"found": [find], "hostile": {"found": []}}},
+              "cases": [{"id": "explore-x", "verdict": "fail", "reason": "x"}]}
+    monkeypatch.setattr(explore_module, "explore", lambda options: (1, report))
+    monkeypatch.setattr(sweep, "reference_verdict", lambda catalog, case: "pass")
+    [row] = sweep.mutants(["safety-window-ignored"])
+    assert (row["found"], row["rule_named"], row["own_rule_named"]) == (True, named, own)

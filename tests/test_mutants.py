@@ -30,6 +30,8 @@ def test_every_mutant_breaks_a_verbatim_spec_sentence_or_adapter_protocol_rule()
     for mutant in MUTANTS:
         assert mutant.rule in spec or mutant.rule in protocol, mutant.name
         assert mutant.slice, f"{mutant.name} names no slice"
+        for also in mutant.also:
+            assert (also in spec or also in protocol) and also != mutant.rule, mutant.name
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
@@ -82,6 +84,7 @@ def test_every_mutant_is_caught_by_its_slice_naming_its_rule_and_the_reference_p
     for mutant in MUTANTS:
         entry = by_name[mutant.name]
         assert entry["rule_named"] and entry["caught_by"], entry
+        assert entry["also_named"] == list(mutant.also), entry  # what `also` claims, its slice shows
     # a pass that decides nothing where the scenario promised occurrences is also a vacuous run
     assert "due-instants-decided" in by_name["processor-clock-cutoff"]["checks_named"]
     assert any(line.startswith("time: ") for line in out)
