@@ -463,6 +463,54 @@ def test_a_requeue_is_claimable_at_its_terminal_time_not_on_a_clock_set_back_bef
                                                                                        "scope-generation")
 
 
+# protocol-notes 31n: an Every of 30 s whose first pass accepts its Work (never started) with an update to 60 s
+# committed beside that pass's claim; the new generation's first instant then coalesces behind the old generation's
+# Work, which turns terminal beside that decision; the pass after materializes the coalesced occurrence.
+OLD_GENERATION_ACCEPTED = """
+[[steps]]
+op = "create"
+schedule = "s1"
+spec = { kind = "every", every_s = 30, anchor = "+0s", target = { command = "s1-v1" } }
+
+[[steps]]
+op = "advance"
+seconds = 31
+
+[[steps]]
+op = "process"
+during = { barrier = "schedule-claim-before-commit", op = "update", schedule = "s1", spec = { kind = "every", every_s = 60, anchor = "+0s", target = { command = "s1-v2" } } }
+
+[[steps]]
+op = "advance"
+seconds = 30
+
+[[steps]]
+op = "process"
+during = { barrier = "schedule-decision-after-commit", op = "complete-work", schedule = "s1", nth = 1, state = "succeeded" }
+
+[[steps]]
+op = "process"
+
+[expect.s1]
+occurrences = [
+  { generation = 1, kind = "nominal", first = "+30s", last = "+30s", state = "materialized" },
+  { generation = 2, kind = "coalesced", first = "+60s", last = "+60s", state = "materialized" },
+]
+works = 2
+"""
+
+
+@pytest.mark.parametrize("command", [REFERENCE_COMMAND, GO], ids=["reference", "go"])
+def test_an_old_generation_work_accepted_but_not_started_holds_the_slot_after_an_update(world, tmp_path, command):
+    """31n's reading: a materialized old-generation target is started (its Work accepted), so it keeps the slot
+    until terminal and the new generation's first instant coalesces behind it, as the model expects."""
+    scenario = parse("old-generation-accepted", "fault_free = true\n" + OLD_GENERATION_ACCEPTED)
+    outcome = run_case(world, scenario, CasePlan("old-generation-accepted"), command, tmp_path)
+    assert outcome.verdict == "pass", outcome.reason
+    kinds = [(o[0], o[1], o[4]) for o in outcome.picture["s1"]["occurrences"]]
+    assert kinds == [(1, "nominal", "materialized"), (2, "coalesced", "materialized")], kinds
+
+
 def test_nth_work_after_a_restore_counts_only_the_work_the_store_still_holds(world, tmp_path):
     """The drill's Work accepted after the backup is gone once it is restored: `nth = 2` is then the recovery
     occurrence's Work, not the second Work ever seen."""
