@@ -226,7 +226,7 @@ class Pool:
         self.executor = factory()
 
     def renew(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._let_go(self.executor)
         self.executor = self.factory()
 
     def close(self) -> None:
@@ -253,7 +253,17 @@ class Pool:
             if worker.is_alive():
                 worker.kill()  # its servers die with it (parent-death signal); nothing else is left to ask
                 worker.join(5)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._let_go(self.executor)
+
+    @staticmethod
+    def _let_go(executor, timeout: float = 10.0) -> None:
+        """Shut an executor down without waiting for its work, but for its manager thread: that thread closes the
+        executor's wake-up pipe as it ends, and one still ending when the interpreter exits races the exit hook's
+        write to that pipe (CPython 3.11: a `Bad file descriptor` traceback after a run stopped cleanly)."""
+        manager = getattr(executor, "_executor_manager_thread", None)  # shutdown() forgets it
+        executor.shutdown(wait=False, cancel_futures=True)
+        if manager is not None:
+            manager.join(timeout)
 
 
 class StopSignals:

@@ -75,6 +75,33 @@ def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
     assert len(pools) >= 2  # renewed after the death
 
 
+def test_an_aborted_pool_waits_for_its_manager_thread_so_the_exit_hook_meets_a_closed_pipe():
+    """A stopped run's pool lets its work go but not its manager thread: a thread still closing the executor's
+    wake-up pipe when the interpreter exits races concurrent.futures' exit hook, which then writes to a closed
+    descriptor and prints a traceback after a clean stop."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from testhost.certify import Pool
+
+    executors = []
+
+    def factory():
+        executors.append(ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")))
+        return executors[-1]
+
+    pool = Pool(factory)
+    assert pool.executor.submit(abs, -3).result(timeout=60) == 3  # the worker and the manager thread are up
+    ends = [(pool.executor._executor_manager_thread, pool.executor._executor_manager_thread_wakeup)]
+    pool.renew()
+    assert pool.executor.submit(abs, -4).result(timeout=60) == 4
+    ends.append((pool.executor._executor_manager_thread, pool.executor._executor_manager_thread_wakeup))
+    pool.abort(timeout=30)
+    assert len(executors) == 2
+    for manager, wakeup in ends:
+        assert not manager.is_alive() and wakeup._closed  # the exit hook's write finds the pipe closed: a no-op
+
+
 def test_a_skipped_combination_names_its_fault_as_one_string_whatever_the_filter():
     scenario = next(s for s in load_catalog() if s.name == "at-single")
     census = {"at-single": {b.name: 1 for b in CATALOG}}
