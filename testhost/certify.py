@@ -774,6 +774,7 @@ def certify(options: Options) -> tuple[int, dict]:
         environment=environment, run=run, cases=cases)
     report["partial"] = stopped is not None
     report["interrupted"] = stopped is not None and stopped.signum is not None
+    options.progress(f"writing the report in {report_dir}")
     path = reports.write(report, report_dir)
     render_all(report_dir)
     summary = report["summary"]

@@ -449,9 +449,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CONTROLLERS = (cmd_certify, cmd_mutants, cmd_explore)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.run in _CONTROLLERS:  # runs that start worlds and workers: nothing of them may outlive this process
+            from .orphans import watched_run
+            from .workspace import Workspace
+            with watched_run(Workspace().root / "worlds"):
+                return args.run(args)
         return args.run(args)
     except (TestHostError, ScenarioError) as exc:
         print(f"crashproof: error: {exc}", file=sys.stderr)

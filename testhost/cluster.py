@@ -15,6 +15,7 @@ import psycopg
 
 from .components import PostgresInstall
 from .errors import ClusterStartFailed, PortInUse
+from .orphans import RUN_VARIABLE
 from .ports import LOOPBACK, choose
 from .processes import die_with_parent, is_alive, kill_tree, popen
 from .workspace import Workspace
@@ -64,6 +65,8 @@ class Cluster:
             return self
         user = self.workspace.user
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C", **self.environment}
+        if RUN_VARIABLE in os.environ:  # the server and its backends are the run's, for its watcher
+            env[RUN_VARIABLE] = os.environ[RUN_VARIABLE]
         log = open(self.log_path, "ab")
         start_offset = log.tell()
         try:

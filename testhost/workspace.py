@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .components import PostgresInstall
 from .errors import ClusterStartFailed, ComponentMissing, WorkspaceUnusable
+from .orphans import sweep_worlds, write_owner
 
 SERVER_USER = "crashproof"
 DEFAULT_ROOT = "/tmp/crashproof"
@@ -136,9 +137,14 @@ class Workspace:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def new_world_dir(self, name: str) -> Path:
+    def new_world_dir(self, name: str, *, detached: bool = False) -> Path:
+        """A new world folder, its owner recorded (testhost/orphans.py); first the folders of worlds whose owner
+        is gone (a run killed before it could tear them down) are removed, with anything still running in them.
+        `detached`: the world is meant to outlive this process (`crashproof world up`)."""
+        sweep_worlds(self.root / "worlds")
         path = self.root / "worlds" / f"{name}-{uuid.uuid4().hex[:8]}"
         path.mkdir(mode=0o755)
+        write_owner(path, detached=detached)
         self.chown(path)
         return path
 

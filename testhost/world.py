@@ -70,7 +70,7 @@ class World:
     def up(self) -> "World":
         install = find_postgres()
         libfaketime = find_libfaketime()
-        self.directory = self.workspace.new_world_dir(self.name)
+        self.directory = self.workspace.new_world_dir(self.name, detached=not self.tie_to_parent)
         try:
             user = self.workspace.user
             self.clock = ServerClock(self.directory / "clock", owner=(user.uid, user.gid) if user.is_switch else None,

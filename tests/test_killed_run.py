@@ -1,0 +1,191 @@
+"""A run killed with SIGKILL (a CI runner's timeout or cancel) leaves nothing behind: no process and no world of
+it within 10 s, whatever it was doing; a world whose owner is gone is swept by the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from testhost import orphans
+from testhost.processes import group_members, is_alive, pids_with_cwd_or_arg
+
+pytestmark = pytest.mark.world
+
+GONE_WITHIN_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def home():
+    """One workspace for this module's runs (its templates made once): its worlds folder must be empty after each.
+    Under /tmp itself, since the server user cannot reach pytest's own temporary folders."""
+    root = Path(tempfile.mkdtemp(prefix="crashproof-killed-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def started():
+    """The runs a test started; one the test did not kill (it failed first) is stopped at teardown."""
+    runs: list[subprocess.Popen] = []
+    yield runs
+    for run in runs:
+        if run.poll() is None:
+            run.terminate()  # its own clean stop: workers and worlds go with it
+            try:
+                run.wait(60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+
+
+def _start(started: list, home: Path, report: Path, *argv: str) -> subprocess.Popen:
+    env = {**os.environ, "CRASHPROOF_HOME": str(home)}
+    env.pop(orphans.RUN_VARIABLE, None)
+    started.append(run := subprocess.Popen([sys.executable, "-m", "testhost.cli", *argv, "--report-dir", str(report)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    return run
+
+
+def _wait_for_line(run: subprocess.Popen, wanted: str, timeout: float = 180.0) -> list[str]:
+    """Read the run's output until a line contains `wanted` (the moment to kill it)."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    for line in run.stdout:
+        seen.append(line)
+        if wanted in line:
+            return seen
+        assert time.monotonic() < deadline, f"no line with {wanted!r} within {timeout}s:\n{''.join(seen[-20:])}"
+    pytest.fail(f"the run ended (rc {run.wait()}) before a line with {wanted!r}:\n{''.join(seen[-30:])}")
+
+
+def _survivors(home: Path, group: int, run: str) -> dict[str, list]:
+    worlds = home / "worlds"
+    return {"process group": group_members(group),
+            "command line or working directory under CRASHPROOF_HOME": pids_with_cwd_or_arg(str(home)),
+            "environment tagged with the run": orphans.processes_of_run(run),
+            "world folders": sorted(p.name for p in worlds.iterdir()) if worlds.exists() else []}
+
+
+def _kill_and_look(home: Path, run: subprocess.Popen, *, running: bool = True) -> dict[str, list]:
+    """SIGKILL the controller; what of its run is still there GONE_WITHIN_S later (or as soon as nothing is)."""
+    tag = orphans.process_id(run.pid)
+    if running:
+        assert pids_with_cwd_or_arg(str(home)), "the run's worlds should be up before the kill"
+        assert orphans.processes_of_run(tag), "the run's processes should carry its tag"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while any((left := _survivors(home, run.pid, tag)).values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+CERTIFY = ["certify", "--scenario", "at-*,every-anchored", "--jobs", "2"]
+
+
+@pytest.mark.parametrize("moment, line", [("census", "fault-free"), ("matrix", "faulted ["),
+                                          ("report", "writing the report")])
+def test_a_certify_killed_at_any_moment_leaves_no_process_and_no_world(home, started, tmp_path, moment, line):
+    run = _start(started, home, tmp_path / "report", *CERTIFY)
+    _wait_for_line(run, line)
+    # writing the report, the workers are done and gone: what is left to find is what the controller started
+    left = _kill_and_look(home, run, running=moment != "report")
+    assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL at the {moment}: {left}"
+
+
+def test_an_explore_killed_mid_program_leaves_no_process_and_no_world(home, started, tmp_path):
+    run = _start(started, home, tmp_path / "found", "explore", "--jobs", "2", "--max-examples", "200", "--hostile", "0")
+    _wait_for_line(run, "steps,")  # its first progress line: programs are running
+    left = _kill_and_look(home, run)
+    assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL of explore: {left}"
+
+
+def test_a_mutants_run_killed_mid_matrix_leaves_no_process_and_no_world(home, started, tmp_path):
+    run = _start(started, home, tmp_path / "mutants", "mutants", "--jobs", "2", "--slice-only", "--scenario", "at-*")
+    _wait_for_line(run, "mutants: ")  # the mutants' own cases are running
+    left = _kill_and_look(home, run)
+    assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL of mutants: {left}"
+
+
+def _dead_process_id() -> str:
+    gone = subprocess.Popen(["true"])
+    ident = orphans.process_id(gone.pid)
+    gone.wait()
+    return ident
+
+
+def test_the_next_world_sweeps_a_world_whose_owner_is_gone_and_keeps_the_others(home):
+    from testhost.workspace import Workspace
+    workspace = Workspace(home / "sweep")
+    worlds = workspace.root / "worlds"
+    abandoned, detached, alive, unowned = (worlds / name for name in ("abandoned", "detached", "alive", "unowned"))
+    for folder in (abandoned, detached, alive, unowned):
+        folder.mkdir()
+    dead = _dead_process_id()
+    (abandoned / orphans.OWNER_FILE).write_text(json.dumps({"owner": dead, "runs": [], "detached": False}))
+    (detached / orphans.OWNER_FILE).write_text(json.dumps({"owner": dead, "runs": [], "detached": True}))
+    (alive / orphans.OWNER_FILE).write_text(json.dumps({"owner": orphans.process_id(), "runs": [], "detached": False}))
+    inside = subprocess.Popen(["sleep", "300"], cwd=abandoned)  # a server the dead owner left running in its world
+    try:
+        made = workspace.new_world_dir("next")
+        assert not abandoned.exists()
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while inside.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inside.poll() is not None, "the process working in the abandoned world was not ended"
+        assert detached.exists() and alive.exists() and unowned.exists() and made.exists()
+        assert json.loads((made / orphans.OWNER_FILE).read_text())["owner"] == orphans.process_id()
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+
+
+WATCHED = """
+import subprocess, sys, time
+from pathlib import Path
+from testhost import orphans
+worlds = Path(sys.argv[1])
+with orphans.watched_run(worlds):
+    folder = worlds / "of-the-run"
+    folder.mkdir()
+    orphans.write_owner(folder)
+    subprocess.Popen(["sleep", "300"], start_new_session=True)  # its own session: no group kill reaches it
+    print("ready", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_the_watcher_ends_every_tagged_process_and_the_run_s_worlds_when_its_controller_is_killed(tmp_path):
+    worlds = tmp_path / "worlds"
+    worlds.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != orphans.RUN_VARIABLE}
+    controller = subprocess.Popen([sys.executable, "-c", WATCHED, str(worlds)], stdout=subprocess.PIPE, text=True,
+                                  env=env)
+    assert controller.stdout.readline().strip() == "ready"
+    tag = orphans.process_id(controller.pid)
+    tagged = orphans.processes_of_run(tag)
+    assert tagged and all(is_alive(pid) for pid in tagged)
+    controller.send_signal(signal.SIGKILL)
+    controller.wait()
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (orphans.processes_of_run(tag) or (worlds / "of-the-run").exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert orphans.processes_of_run(tag) == [] and not (worlds / "of-the-run").exists()
+
+
+def test_a_run_that_ends_normally_leaves_its_environment_as_it_was(tmp_path):
+    before = os.environ.get(orphans.RUN_VARIABLE)
+    with orphans.watched_run(tmp_path) as run:
+        assert os.environ[orphans.RUN_VARIABLE].split(":")[-1] == run
+        with orphans.watched_run(tmp_path) as nested:  # the same controller again: one watcher is enough
+            assert nested == run and os.environ[orphans.RUN_VARIABLE].count(run) == 1
+    assert os.environ.get(orphans.RUN_VARIABLE) == before
