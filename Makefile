@@ -9,13 +9,17 @@ JOBS ?=
 IMPL ?=
 IMPL_COMMAND = $(if $(filter go,$(IMPL)),examples/go/run.sh,$(IMPL))
 
-.PHONY: setup test certify mutants bench clean
+.PHONY: setup test test-under-load certify mutants bench clean
 
 setup:
 	@bash scripts/setup.sh
 
 test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The signal and teardown tests with every core kept busy (docs/ci.md, "Under load").
+test-under-load: setup
+	bash scripts/under-load.sh
 
 certify: setup
 	$(VENV)/bin/crashproof certify $(if $(IMPL_COMMAND),--impl '$(IMPL_COMMAND)') $(if $(JOBS),--jobs $(JOBS)) \

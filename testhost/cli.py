@@ -457,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.run in _CONTROLLERS:  # runs that start worlds and workers: nothing of them may outlive this process
             from .orphans import watched_run
-            from .workspace import Workspace
-            with watched_run(Workspace().root / "worlds"):
+            from .workspace import default_root
+            with watched_run(default_root() / "worlds"):
                 return args.run(args)
         return args.run(args)
     except (TestHostError, ScenarioError) as exc:

@@ -101,6 +101,28 @@ def write_owner(directory: Path, *, detached: bool = False) -> None:
     temporary.replace(directory / OWNER_FILE)
 
 
+def remove_world(directory: Path) -> None:
+    """Remove a world folder, its owner record last: a removal cut short (a worker killed while it tears its
+    world down) leaves a folder that still says whose it is, so a watcher or the next world removes the rest."""
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name == OWNER_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            try:
+                entry.unlink()
+            except OSError:
+                pass
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _abandoned(directory: Path) -> bool:
     try:
         record = json.loads((directory / OWNER_FILE).read_text())
@@ -121,7 +143,7 @@ def sweep_worlds(worlds: Path) -> list[Path]:
         if not _abandoned(directory):
             continue
         end_processes(lambda: pids_with_cwd_or_arg(str(directory)))
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_world(directory)
         removed.append(directory)
     return removed
 
@@ -138,7 +160,7 @@ def _remove_worlds_of_run(worlds: Path, run: str) -> None:
             continue
         if run in record.get("runs", []) and not record.get("detached"):
             end_processes(lambda: pids_with_cwd_or_arg(str(directory)))
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_world(directory)
 
 
 # -- the watcher ----------------------------------------------------------------------------------------------

@@ -49,6 +49,11 @@ SERVER_SETTINGS = {
 }
 
 
+def default_root() -> Path:
+    """The workspace's folder: CRASHPROOF_HOME, else /tmp/crashproof."""
+    return Path(os.environ.get("CRASHPROOF_HOME") or DEFAULT_ROOT).absolute()
+
+
 @dataclass(frozen=True)
 class ServerUser:
     """The OS account that owns data directories and runs postgres."""
@@ -102,7 +107,7 @@ class Workspace:
     """A directory tree: templates/ (cached initdb output) and worlds/ (one directory per world)."""
 
     def __init__(self, root: str | os.PathLike | None = None, user: ServerUser | None = None):
-        self.root = Path(root or os.environ.get("CRASHPROOF_HOME") or DEFAULT_ROOT).absolute()
+        self.root = Path(root).absolute() if root else default_root()
         self.user = user or server_user()
         self._prepare()
 
@@ -143,8 +148,10 @@ class Workspace:
         `detached`: the world is meant to outlive this process (`crashproof world up`)."""
         sweep_worlds(self.root / "worlds")
         path = self.root / "worlds" / f"{name}-{uuid.uuid4().hex[:8]}"
-        path.mkdir(mode=0o755)
-        write_owner(path, detached=detached)
+        making = path.with_name(f".{path.name}.making")
+        making.mkdir(mode=0o755)
+        write_owner(making, detached=detached)
+        making.rename(path)  # never a folder without its owner, even for a process killed right here
         self.chown(path)
         return path
 

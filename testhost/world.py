@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from .clock import NoClock, ServerClock
 from .cluster import Cluster, sweep_stale_segments
 from .components import find_libfaketime, find_postgres
 from .errors import ComponentMissing, TestHostError
+from .orphans import remove_world
 from .processes import is_alive, kill_tree
 from .sessions import KeptSession, server_incarnation
 from .toxiproxy import Proxy, ToxiproxyServer
@@ -108,7 +108,7 @@ class World:
         if self.cluster is not None:
             self.cluster.discard()
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            remove_world(self.directory)
         self.toxiproxy = self.proxy = self.cluster = None
 
     def kill(self) -> None:
@@ -122,7 +122,7 @@ class World:
                 except Exception:  # noqa: BLE001 - the rest must still go
                     pass
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            remove_world(self.directory)
 
     def __enter__(self) -> "World":
         return self.up()
@@ -202,7 +202,7 @@ def teardown_state(workspace: Workspace, name: str) -> dict | None:
         pid = (state.get(part) or {}).get("pid")
         if pid and is_alive(pid):
             kill_tree(pid)
-    shutil.rmtree(state["directory"], ignore_errors=True)
+    remove_world(Path(state["directory"]))
     state_file(workspace, name).unlink()
     return state
 

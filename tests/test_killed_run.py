@@ -189,3 +189,20 @@ def test_a_run_that_ends_normally_leaves_its_environment_as_it_was(tmp_path):
         with orphans.watched_run(tmp_path) as nested:  # the same controller again: one watcher is enough
             assert nested == run and os.environ[orphans.RUN_VARIABLE].count(run) == 1
     assert os.environ.get(orphans.RUN_VARIABLE) == before
+
+
+def test_a_world_removal_cut_short_still_leaves_the_owner_record(tmp_path, monkeypatch):
+    world = tmp_path / "certify-cut"
+    (world / "data" / "base").mkdir(parents=True)
+    (world / "toxiproxy.log").write_text("x")
+    orphans.write_owner(world)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the worker dies in the middle of its teardown
+    monkeypatch.setattr(orphans.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        orphans.remove_world(world)
+    assert (world / orphans.OWNER_FILE).exists(), "a half-removed world must still say whose it is"
+    monkeypatch.undo()
+    orphans.remove_world(world)
+    assert not world.exists()

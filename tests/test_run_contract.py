@@ -78,7 +78,9 @@ def _start_run(home: Path, report_dir: Path, *extra: str) -> tuple[subprocess.Po
     while sum(line.startswith("fault-free") and "1/1" in line for line in errors) < 2:
         assert process.poll() is None and time.monotonic() < deadline, "".join(errors)
         time.sleep(0.1)
-    time.sleep(1.5)  # faulted cases are running now, with worlds and implementations up
+    while not any(line.startswith("faulted") for line in errors):  # the first faulted case is done: more run now
+        assert process.poll() is None and time.monotonic() < deadline, "".join(errors)
+        time.sleep(0.1)
     return process, errors
 
 
