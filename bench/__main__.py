@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from . import barrier_bench, explore_bench, matrix_bench, reference_bench, report_bench, world_bench
+from . import barrier_bench, explore_bench, guard, matrix_bench, reference_bench, report_bench, world_bench
 
 SUITES = {"world": world_bench.BENCHMARKS, "reference": reference_bench.BENCHMARKS, "matrix": matrix_bench.BENCHMARKS,
-          "barriers": barrier_bench.BENCHMARKS, "report": report_bench.BENCHMARKS, "explore": explore_bench.BENCHMARKS}
+          "barriers": barrier_bench.BENCHMARKS, "report": report_bench.BENCHMARKS, "explore": explore_bench.BENCHMARKS,
+          "guard": guard.BENCHMARKS}
 
 
 def main(argv: list[str]) -> int:

@@ -93,14 +93,17 @@ class Phases:
         setattr(owner, attr, timed)
 
 
-def _count_crashes() -> None:
-    """A crashed postmaster's CPU is counted before it goes (its reaped backends go with it)."""
+def count_crashes() -> None:
+    """A crashed postmaster's CPU is counted before it goes (its reaped backends go with it); once per process."""
     from testhost.cluster import Cluster
     original = Cluster.crash
+    if getattr(original, "counted", False):
+        return
 
     def crash(self):
         _crashed["postgres"] += _postgres(self.pid)
         original(self)
+    crash.counted = True
     Cluster.crash = crash
 
 
@@ -124,7 +127,7 @@ _phases = None
 def instrument() -> Phases:
     global _phases
     phases = _phases = Phases()
-    _count_crashes()
+    count_crashes()
     _by_op()
     phases.wrap(store.StorePool, "take", "store take")
     phases.wrap(store, "reset_store", "store reset (pool thread)")
