@@ -14,8 +14,13 @@ IMPL_COMMAND = $(if $(filter go,$(IMPL)),examples/go/run.sh,$(IMPL))
 setup:
 	@bash scripts/setup.sh
 
+# Test processes side by side (pytest-xdist): twice the cores, since most tests wait on worlds, implementations
+# and timeouts as much as they compute; each test goes to whichever process is free (worksteal), so one long module
+# does not hold the run. TEST_JOBS=0 runs them in this process, one after another.
+TEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
 test: setup
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist worksteal) $(PYTEST_ARGS)
 
 # The signal and teardown tests with every core kept busy (docs/ci.md, "Under load").
 test-under-load: setup

@@ -1,20 +1,30 @@
 """`python -m mutants NAME`: run a mutant's copy of the reference through the adapter protocol.
 
-`python -m mutants --list` prints the catalog. The copy is put first on sys.path, ahead of the installed
-`reference`, and its adapter runs exactly as `python -m reference.adapter` would.
+`python -m mutants --list` prints the catalog; `python -m mutants --root DIR` runs a copy made already (a mutant
+of one's own, materialized by `mutants.materialize`). The copy is put first on sys.path, ahead of the installed
+`reference`, and its adapter runs exactly as `python -m reference.adapter` would. Being `-m mutants`, every form
+is forked from the TestHost's fork server, which never imports the reference before the copy.
 """
 
 from __future__ import annotations
 
 import runpy
 import sys
+from pathlib import Path
 
 from . import BY_NAME, MUTANTS, MutantError, materialize
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--root":
+        root = Path(argv[1]).absolute()
+        if not (root / "reference" / "adapter.py").is_file():
+            print(f"--root {root}: no reference/adapter.py there (a copy made by mutants.materialize)",
+                  file=sys.stderr)
+            return 2
+        return _run(root)
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m mutants NAME | --list", file=sys.stderr)
+        print("usage: python -m mutants NAME | --root DIR | --list", file=sys.stderr)
         return 2
     if argv[0] == "--list":
         for mutant in MUTANTS:
@@ -29,6 +39,10 @@ def main(argv: list[str]) -> int:
     except MutantError as exc:
         print(exc, file=sys.stderr)
         return 2
+    return _run(root)
+
+
+def _run(root: Path) -> int:
     if "reference" in sys.modules:
         raise RuntimeError("the installed reference was imported before the mutant's copy")
     sys.path.insert(0, str(root))

@@ -43,15 +43,10 @@ PLANTED = Mutant(
 
 
 def planted_command(tmp_path: Path) -> str:
-    """A launcher that runs the planted copy's adapter (the catalog's `python -m mutants` knows only its own)."""
+    """The planted copy's adapter, as `python -m mutants --root COPY` (the catalog's `python -m mutants NAME` knows
+    only its own): forked from the fork server like the reference, not spawned with a fresh interpreter."""
     root = materialize(PLANTED, tmp_path / "mutants")
-    launcher = tmp_path / "planted-adapter"
-    # The copy goes first on sys.path: `python -m` would put the working directory (this checkout) ahead of it.
-    code = (f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
-            "runpy.run_module('reference.adapter', run_name='__main__', alter_sys=True)")
-    launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)}\n")
-    launcher.chmod(0o755)
-    return str(launcher)
+    return f"{shlex.quote(sys.executable)} -m mutants --root {shlex.quote(str(root))}"
 
 
 def test_every_step_kind_is_generated_or_excluded_with_a_reason():
