@@ -15,6 +15,24 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` (minutes each) start first, one at the head of each test process's first share: run
+    last, one of them alone decided when the whole parallel run ended. The shares are those of pytest-xdist's
+    worksteal split (consecutive, the rest divided evenly among the processes still to serve)."""
+    longs = [item for item in items if item.get_closest_marker("long")]
+    if not longs:
+        return
+    rest = [item for item in items if not item.get_closest_marker("long")]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    starts, start = [], 0
+    for worker in range(workers):
+        starts.append(start)
+        start += (len(items) - start) // (workers - worker)
+    at = {starts[k % workers] + k // workers: item for k, item in enumerate(longs)}
+    rest.reverse()
+    items[:] = [at[i] if i in at else rest.pop() for i in range(len(items))]
+
+
 @pytest.fixture(scope="module")
 def world():
     """One world per test module: for tests that do not crash or move the clock for good."""

@@ -346,6 +346,7 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
 
 
 @pytest.mark.world
+@pytest.mark.long
 def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_scenario(world, tmp_path):
     command = planted_command(tmp_path)
     # No scenario of the catalog reaches it: each fault-free run passes on the planted copy.
@@ -443,6 +444,7 @@ def test_an_anomaly_repaired_by_update_then_fenced_keeps_its_cursor_lawfully(wor
 
 
 @pytest.mark.world
+@pytest.mark.long
 def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
     """An outside implementation: its client operations run through the harness's fallbacks, its faults fire."""
     run = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"

@@ -72,6 +72,7 @@ def test_a_mutant_is_killed_only_when_a_failing_check_names_its_rule():
 
 
 @pytest.mark.world
+@pytest.mark.long
 def test_every_mutant_is_caught_by_its_slice_naming_its_rule_and_the_reference_passes_it(tmp_path, capsys):
     from testhost.cli import main
     code = main(["mutants", "--jobs", "2", "--slice-only", "--report-dir", str(tmp_path)])

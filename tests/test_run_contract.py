@@ -53,6 +53,7 @@ def _env(home: Path) -> dict:
     return {**os.environ, "CRASHPROOF_HOME": str(home), "PYTHON": sys.executable}
 
 
+@pytest.mark.long
 def test_a_wrapper_that_runs_the_reference_as_its_child_passes_every_kill_and_pause_case(tmp_path, monkeypatch):
     """The shell stays the group's leader, the adapter its child: kill and pause must reach both."""
     monkeypatch.setenv("PYTHON", sys.executable)
