@@ -123,44 +123,43 @@ def remove_world(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _abandoned(directory: Path) -> bool:
-    try:
-        record = json.loads((directory / OWNER_FILE).read_text())
-    except (OSError, ValueError):
-        return False  # no owner recorded (being made, or made by an older crashproof): not ours to judge
-    return not record.get("detached") and not id_alive(str(record.get("owner", "")))
-
-
-def sweep_worlds(worlds: Path) -> list[Path]:
-    """Remove every world folder under `worlds` whose owner is gone, after killing any process still working in
-    it (its PostgreSQL, its Toxiproxy); the folders removed."""
-    removed = []
+def _owned_worlds(worlds: Path) -> list[tuple[Path, dict]]:
+    """Each world folder under `worlds` that records its owner, with the record. A folder without one (being made,
+    or made by an older crashproof) is not ours to judge."""
     try:
         entries = [entry for entry in worlds.iterdir() if entry.is_dir()]
     except OSError:
-        return removed
+        return []
+    owned = []
     for directory in entries:
-        if not _abandoned(directory):
+        try:
+            owned.append((directory, json.loads((directory / OWNER_FILE).read_text())))
+        except (OSError, ValueError):
             continue
-        end_processes(lambda: pids_with_cwd_or_arg(str(directory)))
-        remove_world(directory)
-        removed.append(directory)
+    return owned
+
+
+def _end_world(directory: Path) -> None:
+    """Kill any process still working in a world folder (its PostgreSQL, its Toxiproxy), then remove it."""
+    end_processes(lambda: pids_with_cwd_or_arg(str(directory)))
+    remove_world(directory)
+
+
+def sweep_worlds(worlds: Path) -> list[Path]:
+    """Remove every world folder under `worlds` whose owner is gone, with anything still running in it; the
+    folders removed."""
+    removed = []
+    for directory, record in _owned_worlds(worlds):
+        if not record.get("detached") and not id_alive(str(record.get("owner", ""))):
+            _end_world(directory)
+            removed.append(directory)
     return removed
 
 
 def _remove_worlds_of_run(worlds: Path, run: str) -> None:
-    try:
-        entries = [entry for entry in worlds.iterdir() if entry.is_dir()]
-    except OSError:
-        return
-    for directory in entries:
-        try:
-            record = json.loads((directory / OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue
+    for directory, record in _owned_worlds(worlds):
         if run in record.get("runs", []) and not record.get("detached"):
-            end_processes(lambda: pids_with_cwd_or_arg(str(directory)))
-            remove_world(directory)
+            _end_world(directory)
 
 
 # -- the watcher ----------------------------------------------------------------------------------------------

@@ -208,3 +208,4 @@ def test_a_world_removal_cut_short_still_leaves_the_owner_record(tmp_path, monke
     monkeypatch.undo()
     orphans.remove_world(world)
     assert not world.exists()
+

@@ -96,3 +96,9 @@ def test_an_unknown_mutant_glob_is_a_one_line_error_before_anything_runs(tmp_pat
     assert main(["mutants", "--mutant", "no-such-*", "--report-dir", str(tmp_path)]) == 2
     assert "no mutant matches 'no-such-*'" in capsys.readouterr().err
     assert not (tmp_path / "mutants.json").exists()
+
+
+def test_a_mutant_root_without_a_copy_of_the_reference_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mutants", "--root", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "no reference/adapter.py there" in done.stderr
