@@ -623,6 +623,13 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("errors.py", "class AccessDenied(DurableError):", "class AccessDenied(RetriableError):"),
          Edit("errors.py", "class BridgeRoleError(DurableError):", "class BridgeRoleError(RetriableError):")),
         slice=("bridge-role",)),
+    Mutant(
+        "grid-from-anchor", CUTOFF,
+        "An Every's grid starts at its anchor: the instants before a future anchor (anchor + n·every, n < 0) are "
+        "never evaluated, so the first one decided is the anchor itself.",
+        (Edit("evaluator.py", "    n = (to_us(t) - anchor) // step + 1\n",
+              "    n = max((to_us(t) - anchor) // step + 1, 0)\n"),),
+        slice=("every-future-anchor",)),
 )
 
 BY_NAME = {m.name: m for m in MUTANTS}

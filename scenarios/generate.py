@@ -520,6 +520,72 @@ def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
     return steps
 
 
+# -- motifs on the edges the protocol notes declare (testhost/edges.py names each with its note) -----------------
+EDGE_AHEAD_S = 600  # an anchor this far past the nominal clock lies past the wall time the steps before took too
+
+
+def _on_grid(draw, drawn: Drawn, every: int, ahead: int, **fields) -> dict | None:
+    """A new Every anchored `ahead` seconds past the nominal clock, with its grid recorded (set-clock can freeze on
+    it); None when no name is left."""
+    created = _create(draw, drawn, kind="every")
+    if created is None:
+        return None
+    name, anchor = created["schedule"], drawn.now + ahead
+    created["spec"].update(every_s=every, anchor=_time(anchor), **fields)
+    drawn.every[name], drawn.grids[name] = every, (anchor, every)
+    return created
+
+
+def _motif_lateness_on_window(draw, drawn: Drawn) -> list[dict] | None:
+    """Note 3's edge: a pass whose lateness (its cutoff less the first instant due after the cursor) is exactly the
+    schedule's safety window, the clock frozen there, decides a recovery range; one a second later suspends for
+    the clock anomaly. The first instant due is the anchor, which lies past the acceptance."""
+    every, window = draw(st.sampled_from(((900, 7200), (60, 120))))
+    created = _on_grid(draw, drawn, every, EDGE_AHEAD_S, safety_window_s=window)
+    if created is None:
+        return None
+    past = draw(st.sampled_from((0, 1)))  # on the edge first: shrinking goes there
+    frozen = drawn.now + EDGE_AHEAD_S + window + past
+    drawn.now = frozen + 1
+    return [{"op": "create", **created}, {"op": "set-clock", "at": _time(frozen), "freeze": True},
+            {"op": "process"}, {"op": "advance", "seconds": 1}]
+
+
+def _motif_update_behind_cursor(draw, drawn: Drawn) -> list[dict] | None:
+    """Note 8's edge: a new Every's first instants skipped as a recovery range (its cursor at the pass's cutoff,
+    nothing materialized), the clock set back behind the cursor, an update accepted there (the cursor stays:
+    max(cursor, accepted_at_utc)), and the pass after it, which must not decide the instants behind the cursor for
+    the new generation. Nothing is materialized before the update: `nothing-materialized-for-superseded-or-
+    suspended` orders a materialization and an acceptance by server time, which a clock set back would invert
+    (31d)."""
+    every = draw(st.sampled_from((60, 90)))
+    created = _on_grid(draw, drawn, every, 0, misfire_policy="skip")
+    if created is None:
+        return None
+    name = created["schedule"]
+    due = 2 * every + 8  # two instants: a recovery range, skipped
+    back = draw(st.sampled_from((BEHIND_S, 30)))
+    forward = back + every + 8
+    drawn.now += due - back + forward
+    spec = {k: v for k, v in created["spec"].items() if k != "target"} | {"target": {"command": f"{name}-v2"}}
+    spec.pop("anchor")  # anchored on the update's acceptance, behind the cursor
+    drawn.grids.pop(name, None)
+    return [{"op": "create", **created}, {"op": "advance", "seconds": due}, {"op": "process"},
+            {"op": "advance", "seconds": -back}, {"op": "update", "schedule": name, "spec": spec},
+            {"op": "advance", "seconds": forward}, {"op": "process"}]
+
+
+def _motif_future_anchor(draw, drawn: Drawn) -> list[dict] | None:
+    """Note 6's edge (24m): an Every anchored well after its acceptance takes every integer n, so the instants
+    before the anchor (n < 0) fall due and are decided before the anchor is reached."""
+    every = draw(st.sampled_from((60, 90)))
+    created = _on_grid(draw, drawn, every, EDGE_AHEAD_S + every * draw(st.integers(2, 4)))
+    if created is None:
+        return None
+    drawn.now += 2 * every + 1
+    return [{"op": "create", **created}, {"op": "advance", "seconds": 2 * every + 1}, {"op": "process"}]
+
+
 CHANGES_BESIDE = tuple((op, barrier) for barrier in BESIDE_BARRIERS[::-1]
                        for op in ("advance-scope-generation", "update", "delete"))
 
@@ -589,6 +655,9 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "late-in-window": _motif_late_in_window,
     "past-frozen-instant": _motif_past_frozen_instant,
     "terminal-beside-decision": _motif_terminal_beside_decision,
+    "lateness-on-window": _motif_lateness_on_window,
+    "update-behind-cursor": _motif_update_behind_cursor,
+    "future-anchor": _motif_future_anchor,
 }
 MOTIF_WEIGHT = 6
 

@@ -1180,6 +1180,75 @@ def _open_at_cursor(state: StoreState):
     return evidence, sum(len(r) for r in decisions.values())
 
 
+@invariant("no-instant-passed-over",
+           "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from "
+           "PostgreSQL. (No instant is passed over: every instant of a generation's grid after where its cursor "
+           "started (its acceptance, or the cursor the update found, docs/protocol-notes.md 8) up to its last "
+           "decision (the cursor, for the active generation) lies in a range that generation decided, an "
+           "occurrence's or a skipped one; the instants before a future anchor included (24m).)",
+           examines="occurrences")
+def _none_passed_over(state: StoreState):
+    evidence = []
+    ranges: dict = {}  # (schedule, generation or None) -> [(decided at, first, last)]
+    for o in state.occurrences:
+        if o["decided_at_utc"] is not None:
+            ranges.setdefault((o["schedule_id"], o["generation"]), []).append(
+                (o["decided_at_utc"], o["first_nominal_utc"], o["last_nominal_utc"]))
+    for h in state.history:
+        if h["event"] == "recovery-skipped":
+            try:
+                first, last = (_instant((h["detail"] or {})[k]) for k in ("first_nominal_utc", "last_nominal_utc"))
+            except (KeyError, AttributeError, TypeError, ValueError):
+                continue  # `processor-history` judges an unreadable range
+            ranges.setdefault((h["schedule_id"], h.get("generation")), []).append((h["recorded_at_utc"], first, last))
+    rows = 0
+    for d in state.definitions:
+        schedule = d["schedule_id"]
+        generations = sorted((g for g in state.generations if g["schedule_id"] == schedule),
+                             key=lambda g: g["generation"])
+        unattributed = ranges.get((schedule, None), [])  # a skipped range whose row names no generation
+        started, decided_before = None, []
+        for g in generations:
+            own = ranges.get((schedule, g["generation"]), [])
+            rows += len(own)
+            accepted = g["accepted_at_utc"]
+            started = max([t for t in (started, accepted) if t is not None] + decided_before)
+            if g["generation"] == d["active_generation"]:
+                end = d["cursor_utc"]
+            else:
+                end = max([at for at, _, _ in own] + [last for _, _, last in own], default=None)
+            decided_before += [at for at, _, _ in own]
+            if end is None or started is None or end <= started:
+                continue
+            covering = own + unattributed
+            missed = [t for t in _grid_between(g, started, end)
+                      if not any(first <= t <= last for _, first, last in covering)]
+            if missed:
+                evidence.append({"instants_passed_over": [instant_text(t) for t in missed[:5]],
+                                 "count": len(missed), "schedule_id": schedule, "generation": g["generation"],
+                                 "cursor_started_at": instant_text(started), "decided_up_to": instant_text(end)})
+    return evidence, rows
+
+
+MAX_GRID = 10_000  # instants judged per generation; a grid walked further proves nothing more
+
+
+def _grid_between(g: dict, start: datetime, end: datetime) -> list[datetime]:
+    """The generation's nominal instants t with start < t <= end, by arithmetic on whole microseconds (the grid
+    anchor + n·every for every integer n, docs/protocol-notes.md 6), independent of any implementation."""
+    if g["schedule_kind"] != "every":
+        single = g["at_utc"] if g["schedule_kind"] == "at" else g["accepted_at_utc"] + timedelta(
+            microseconds=g["after_us"])
+        return [single] if start < single <= end else []
+    step, anchor = g["every_us"], g["anchor_utc"]
+
+    def us(t: datetime) -> int:
+        return (t - anchor) // timedelta(microseconds=1)
+    n = us(start) // step + 1
+    last = us(end) // step
+    return [anchor + timedelta(microseconds=k * step) for k in range(n, min(last, n + MAX_GRID - 1) + 1)]
+
+
 def _before_acceptance(state: StoreState, schedule_id, number: int, first: datetime, row: dict,
                        evidence: list) -> None:
     """A decision of a generation whose range starts at or before that generation's acceptance."""

@@ -128,6 +128,14 @@ def cmd_coverage(args) -> int:
     print(coverage.headline(found))
     for klass in coverage.CLASSES:
         print(f"  {klass:14} {found['counts'][klass]:3}")
+    if found["edges"]:
+        print("edges the protocol notes declare without their proof (testhost/edges.py):")
+        for name, missing in found["edges"]:
+            print(f"  {name}: {'; '.join(missing)}")
+    if args.unproven and found["unproven"]:
+        print("checked without a mutant proving the check catches a violation:")
+        for sentence, missing in found["unproven"]:
+            print(f"  {sentence}\n      {'; '.join(missing)}")
     if found["gaps"]:
         print("gaps (not enforced until closed):")
         for sentence, group, text in found["gaps"]:
@@ -401,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     cover = sub.add_parser("coverage", help="how many spec sentences certification enforces (docs/certification.md): "
                            "the count per class, and every known gap")
     cover.add_argument("--shapes", action="store_true", help="also list the sentences caught only in some shapes")
+    cover.add_argument("--unproven", action="store_true",
+                       help="also list the sentences checked without a mutant proving it, and what each lacks")
     cover.set_defaults(run=cmd_coverage)
     scen = sub.add_parser("scenarios", help="list the scenario catalog; `scenarios import FILE` adds a file to it")
     scen.add_argument("action", nargs="?", choices=["import"], help="import FILE into the catalog (the first "

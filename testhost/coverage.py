@@ -12,6 +12,7 @@ from pathlib import Path
 from .sentences import REPO, page_entries, spec_sentences
 
 PAGE = REPO / "docs" / "certification.md"
+NOTES = REPO / "docs" / "protocol-notes.md"
 GO_MUTANTS = REPO / "examples" / "go" / "mutants"
 # A `schema:` line cites a schema-stage rule, or the migration whose constraint or trigger holds the sentence.
 MIGRATIONS = REPO / "reference" / "migrations"
@@ -23,7 +24,9 @@ NAME = re.compile(r"`([^`]+)`")
 KIND_NOUN = {"checks": "check", "scenarios": "scenario", "mutants": "mutant",
              "schema": "schema-stage rule or migration"}
 # The classes a sentence falls in, exclusive (Entry.klass tries a gap first), in the order they are printed.
-CLASSES = ("enforced", "shapes-only", "schema", "not behaviour", "gap")
+# `enforced` is earned by evidence: a cited mutant that breaks the sentence (and one per edge the sentence has,
+# testhost/edges.py), each caught by certification naming it; checks and scenarios without that are `unproven`.
+CLASSES = ("enforced", "unproven", "shapes-only", "schema", "not behaviour", "gap")
 
 
 @dataclass(frozen=True)
@@ -43,16 +46,27 @@ class Entry:
     def gaps(self) -> list[tuple[str, str]]:
         return [(group, text) for k, text, group in self.lines if k == "gap"]
 
-    @property
-    def klass(self) -> str:
-        """The sentence's class: a gap is never counted as enforced, whatever else it cites."""
+    def klass(self, proofs: dict[str, tuple[str, ...]] | None = None) -> str:
+        """The sentence's class: a gap is never counted as enforced, whatever else it cites, and checks or
+        scenarios count as enforced only with the proof `unproven_by` finds nothing missing from."""
         if self.gaps:
             return "gap"
         if self.of("checks") or self.of("scenarios"):
-            return "shapes-only" if self.of("shapes") else "enforced"
+            if self.of("shapes"):
+                return "shapes-only"
+            return "unproven" if self.unproven_by(proofs if proofs is not None else mutant_rules()) else "enforced"
         if self.of("schema"):
             return "schema"
         return "not behaviour"
+
+    def unproven_by(self, proofs: dict[str, tuple[str, ...]]) -> list[str]:
+        """What the sentence lacks to count as enforced: a cited mutant breaking it (`proofs`: mutant -> the
+        sentences it breaks), and for each of its edges the edge's scenario, draw and mutant."""
+        from .edges import EDGES
+        missing = [] if any(breaks(proofs.get(m, ()), self.sentence) for m in self.names("mutants")) else \
+            ["no cited mutant breaks this sentence"]
+        return missing + [f"edge {e.name}: {why}" for e in EDGES if e.sentence == self.sentence
+                          for why in edge_problems(e, proofs)]
 
 
 def _parse(subs: tuple[str, ...]) -> tuple[tuple[tuple[str, str, str | None], ...], list[str]]:
@@ -70,6 +84,61 @@ def _parse(subs: tuple[str, ...]) -> tuple[tuple[tuple[str, str, str | None], ..
 def entries(page: Path | None = None) -> list[Entry]:
     """Every `- > ` entry of the page with its parsed lines (malformed lines dropped: `problems` names them)."""
     return [Entry(n, s, _parse(subs)[0]) for n, s, subs in page_entries(page or PAGE)]
+
+
+def mutant_rules() -> dict[str, tuple[str, ...]]:
+    """Every catalog mutant (and Go patch) with the sentences it breaks: its rule and its `also`."""
+    from mutants.catalog import MUTANTS
+
+    from .patch_mutants import preamble
+    rules = {mutant.name: mutant.rules for mutant in MUTANTS}
+    return rules | {f"examples/go/mutants/{p.name}": (preamble(p)["rule"],) for p in GO_MUTANTS.glob("*.patch")}
+
+
+def breaks(rules: tuple[str, ...], sentence: str) -> bool:
+    """A mutant breaks a sentence when one of its rules is the sentence or a clause of it ("processes at most
+    MaximumSchedules schedules (default 1)" of the ProcessDueAsync sentence): `crashproof mutants` calls it caught
+    when a failing check's rule holds that text."""
+    return any(rule in sentence for rule in rules)
+
+
+NOTE = re.compile(r"^\s*(\d+[a-z]?)\. \*\*(.+?)\*\*", re.MULTILINE)
+
+
+def notes(page: Path | None = None) -> set[tuple[str, str]]:
+    """(label, bold title) of every numbered note of docs/protocol-notes.md."""
+    return set(NOTE.findall((page or NOTES).read_text(encoding="utf-8")))
+
+
+def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """What an edge of testhost/edges.py lacks: its note, a scenario standing on it, a draw of explore aimed at
+    it, a mutant breaking its sentence there (and certification.md citing that mutant under the sentence)."""
+    from scenarios.generate import MOTIFS
+    from scenarios.hostile import sweep
+    from scenarios.model import load_catalog
+
+    from .edges import HOSTILE, SCHEMA_STAGE
+    proofs = proofs if proofs is not None else mutant_rules()
+    found = []
+    if not any(label == edge.note and title.startswith(edge.title) for label, title in notes()):
+        found.append(f"no note {edge.note} titled {edge.title!r} in docs/protocol-notes.md")
+    scenarios = {s.name for s in load_catalog()} | {SCHEMA_STAGE}
+    found += [f"no scenario {name}" for name in edge.scenarios if name not in scenarios]
+    if not edge.scenarios:
+        found.append("no scenario of the matrix stands on it")
+    hostile = {HOSTILE + h.field for h in sweep("00000000-0000-0000-0000-000000000000", 1)}
+    found += [f"no explore draw {name}" for name in edge.draws if name not in set(MOTIFS) | hostile]
+    if not edge.draws:
+        found.append("explore draws it only by chance")
+    found += [f"mutant {name} is not in the catalog" for name in edge.mutants if name not in proofs]
+    found += [f"mutant {name} does not break the sentence" for name in edge.mutants
+              if name in proofs and not breaks(proofs[name], edge.sentence)]
+    if not edge.mutants:
+        found.append("no mutant breaks it at the edge")
+    cited = {name for e in entries() if e.sentence == edge.sentence for name in e.names("mutants")}
+    found += [f"mutant {name} is not cited under its sentence in docs/certification.md" for name in edge.mutants
+              if name in proofs and name not in cited]
+    return found
 
 
 def known_names() -> dict[str, set[str]]:
@@ -128,17 +197,27 @@ def summary(page: Path | None = None, spec: Path | None = None) -> dict:
     """Counts per class over the spec's sentences, and the gaps with their groups."""
     by_sentence = {e.sentence: e for e in entries(page)}
     sentences = spec_sentences(*([spec] if spec else []))
-    counts = Counter(by_sentence[s].klass for s in sentences if s in by_sentence)
+    proofs = mutant_rules()
+    klass = {s: by_sentence[s].klass(proofs) for s in sentences if s in by_sentence}
+    counts = Counter(klass.values())
     return {"sentences": len(sentences), "counts": {c: counts.get(c, 0) for c in CLASSES},
+            "unproven": [(s, by_sentence[s].unproven_by(proofs)) for s in sentences if klass.get(s) == "unproven"],
+            "edges": [(e.name, edge_problems(e, proofs)) for e in _edges() if edge_problems(e, proofs)],
             "gaps": [(s, group, text) for s in sentences if s in by_sentence
                      for group, text in by_sentence[s].gaps],
-            "shapes": [(s, text) for s in sentences if s in by_sentence and by_sentence[s].klass == "shapes-only"
+            "shapes": [(s, text) for s in sentences if klass.get(s) == "shapes-only"
                        for text in by_sentence[s].of("shapes")]}
+
+
+def _edges():
+    from .edges import EDGES
+    return EDGES
 
 
 def headline(found: dict) -> str:
     """The one line the README states: how many sentences certification enforces."""
     counts = found["counts"]
     return (f"certification enforces {counts['enforced']} of {found['sentences']} spec sentences in every shape, "
-            f"{counts['shapes-only']} more only in some shapes; {counts['schema']} are the schema the harness "
+            f"each proven by a mutant it catches; {counts['unproven']} more are checked without that proof, "
+            f"{counts['shapes-only']} only in some shapes; {counts['schema']} are the schema the harness "
             f"installs, {counts['not behaviour']} are not behaviour, and {counts['gap']} are known gaps")

@@ -8,6 +8,7 @@ import re
 from mutants.catalog import MUTANTS
 from testhost import coverage
 from testhost.checks import CHECKS
+from testhost.edges import EDGES, Edge
 from testhost.cli import main
 from testhost.patch_mutants import preamble
 from testhost.sentences import REPO
@@ -82,9 +83,41 @@ def test_a_gap_is_never_counted_as_enforced_and_each_class_is_counted_once(tmp_p
     ]) + "\n")
     assert coverage.problems(doc, spec) == []
     found = coverage.summary(doc, spec)
-    assert found["counts"] == {"enforced": 1, "shapes-only": 1, "schema": 1, "not behaviour": 0, "gap": 1}
+    # The first cites a check but no mutant that breaks it: checked, not proven.
+    assert found["counts"] == {"enforced": 0, "unproven": 1, "shapes-only": 1, "schema": 1, "not behaviour": 0,
+                               "gap": 1}
     assert found["gaps"] == [("Third rule here.", "pass", "the other side")]
-    assert coverage.headline(found).startswith("certification enforces 1 of 4 spec sentences")
+    assert found["unproven"] == [("First rule here.", ["no cited mutant breaks this sentence"])]
+    assert coverage.headline(found).startswith("certification enforces 0 of 4 spec sentences")
+
+
+def test_enforced_means_a_cited_mutant_breaks_the_sentence_or_one_of_its_clauses():
+    entry = coverage.Entry(1, "First rule here, and a second clause.",
+                           (("checks", "`model-agreement`", None), ("mutants", "`m`", None)))
+    assert entry.klass({"m": ("First rule here, and a second clause.",)}) == "enforced"
+    assert entry.klass({"m": ("a second clause",)}) == "enforced"  # a clause, as `crashproof mutants` names it
+    assert entry.klass({"m": ("Another rule.",)}) == "unproven"
+    assert entry.klass({"other": ("First rule here, and a second clause.",)}) == "unproven"  # proven only if cited
+    assert entry.unproven_by({}) == ["no cited mutant breaks this sentence"]
+
+
+def test_every_edge_a_note_declares_has_its_note_scenario_draw_and_mutant():
+    found = {name: missing for name, missing in coverage.summary()["edges"]}
+    assert not found, "edges of testhost/edges.py without their proof:\n" + "\n".join(
+        f"{name}: {'; '.join(missing)}" for name, missing in found.items())
+    assert {e.sentence for e in EDGES} <= set(coverage.spec_sentences())
+
+
+def test_an_edge_without_its_proof_is_reported_part_by_part_and_leaves_its_sentence_unproven():
+    edge = Edge("nowhere", "99z", "No such note", EDGES[0].sentence, "nothing", ("no-such-scenario",),
+                ("no-such-motif",), ("no-such-mutant", "at-single-never-fires"))
+    found = coverage.edge_problems(edge, {"at-single-never-fires": ("Another rule.",)})
+    assert found == ["no note 99z titled 'No such note' in docs/protocol-notes.md", "no scenario no-such-scenario",
+                     "no explore draw no-such-motif", "mutant no-such-mutant is not in the catalog",
+                     "mutant at-single-never-fires does not break the sentence",
+                     "mutant at-single-never-fires is not cited under its sentence in docs/certification.md"]
+    assert coverage.edge_problems(Edge("bare", "3", "Safety window", EDGES[0].sentence, "", (), (), ()), {}) == [
+        "no scenario of the matrix stands on it", "explore draws it only by chance", "no mutant breaks it at the edge"]
 
 
 def test_every_cited_mutant_breaks_the_sentence_or_the_rule_of_a_check_the_entry_cites():

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from testhost.checks import INVARIANTS, equivalence, expectations, normalize, universal
-from testhost.identity import expected_work
+from testhost.identity import expected_work, instant_text
 from testhost.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
@@ -117,6 +117,8 @@ BREAKAGES = {
     # the coalesced range starts at +121 s, at or before the cursor the +121 s decision left
     "range-opens-after-the-cursor": lambda s: s.occurrences.__setitem__(
         2, {**s.occurrences[2], "first_nominal_utc": T + timedelta(seconds=121)}),
+    # the instant at +60 s was never decided, yet the cursor stands past it
+    "no-instant-passed-over": lambda s: s.occurrences.pop(0),
 }
 
 
@@ -149,6 +151,43 @@ def test_an_instant_at_a_generations_acceptance_is_not_its_first():
         {"schedule_id": S, "event": "recovery-skipped", "recorded_at_utc": T + timedelta(seconds=50), "generation": 1,
          "detail": {"first_nominal_utc": "2031-03-03T00:00:20.000000Z", "last_nominal_utc": "2031-03-03T00:00:20.000000Z"}})))
     assert not check(skipped).ok
+
+
+def _skipped(first_s, last_s, at_s, generation=1):
+    return {"schedule_id": S, "event": "recovery-skipped", "recorded_at_utc": T + timedelta(seconds=at_s),
+            "generation": generation, "detail": {"first_nominal_utc": instant_text(T + timedelta(seconds=first_s)),
+                                                 "last_nominal_utc": instant_text(T + timedelta(seconds=last_s))}}
+
+
+def test_no_instant_is_passed_over_before_a_future_anchor_nor_between_generations():
+    """Every instant of a generation's grid from where its cursor started up to its last decision lies in a range
+    it decided: before a future anchor too (n < 0); a skipped range covers its instants, with or without its
+    generation named; a later generation starts at max(cursor, acceptance), and an older one ends at its last
+    decision."""
+    check = _check("no-instant-passed-over")
+    future = _break(lambda s: s.generations.__setitem__(0, {**s.generations[0], "anchor_utc": T + timedelta(seconds=600)}))
+    assert check(future).ok  # the grid is the same one: 600 s is ten intervals on
+    from_anchor = _break(lambda s: (s.occurrences.insert(0, _occurrence(0)), s.generations.__setitem__(
+        0, {**s.generations[0], "accepted_at_utc": T - timedelta(seconds=130)})))
+    result = check(from_anchor)  # acceptance 130 s before: the instants at -120 s and -60 s were passed over
+    assert not result.ok and result.evidence[0]["instants_passed_over"] == [
+        "2031-03-02T23:58:00.000000Z", "2031-03-02T23:59:00.000000Z"]
+    skipped = _break(lambda s: (s.occurrences.pop(0), s.history.append(_skipped(60, 60, 61))))
+    assert check(skipped).ok
+    unnamed = _break(lambda s: (s.occurrences.pop(0), s.history.append({**_skipped(60, 60, 61), "generation": None})))
+    assert check(unnamed).ok
+    # An update at +130 s: generation 1 decided up to +121 s; generation 2 (every 60 s from +150 s) starts at +130 s
+    # and decides +150 s; generation 1's +180 s instant is not its own to decide.
+    def update(s):
+        s.occurrences[:] = [_occurrence(60), _occurrence(120)]
+        s.generations.append({**_generation(2, accepted=T + timedelta(seconds=130)),
+                              "anchor_utc": T + timedelta(seconds=150)})
+        s.occurrences.append(_occurrence(150, generation=2, state="pending"))
+        s.definitions[0] = {**s.definitions[0], "active_generation": 2, "cursor_utc": T + timedelta(seconds=151)}
+    assert check(_break(update)).ok
+    gap = _break(lambda s: (update(s), s.definitions.__setitem__(
+        0, {**s.definitions[0], "cursor_utc": T + timedelta(seconds=211)})))
+    assert [e["instants_passed_over"] for e in check(gap).evidence] == [["2031-03-03T00:03:30.000000Z"]]
 
 
 def test_materialized_while_the_slot_was_held_is_caught_even_when_both_works_are_done():

@@ -174,7 +174,24 @@ def _motifs(steps: list[dict]) -> set[str]:
             found.add("past-frozen-instant")
         if _terminal_beside_decision(steps, i):
             found.add("terminal-beside-decision")
+        if s["op"] == "create" and spec.get("kind") == "every" and "safety_window_s" in spec and \
+                "anchor" in spec and after.startswith("set-clock process advance") and \
+                0 <= _seconds(steps[i + 1]["at"]) - _seconds(spec["anchor"]) - spec["safety_window_s"] <= 1:
+            found.add("lateness-on-window")
+        if s["op"] == "advance" and s["seconds"] < 0 and i > 2 and steps[i - 1]["op"] == "process" and \
+                steps[i - 3]["op"] == "create" and (steps[i - 3]["spec"].get("misfire_policy") == "skip") and \
+                after.startswith("update advance process") and steps[i + 2]["seconds"] > -s["seconds"]:
+            found.add("update-behind-cursor")
+        if s["op"] == "create" and spec.get("kind") == "every" and "anchor" in spec and \
+                after.startswith("advance process") and steps[i + 1]["seconds"] == 2 * spec["every_s"] + 1 and \
+                _seconds(spec["anchor"]) > 600:
+            found.add("future-anchor")
     return found if ops else set()
+
+
+def _seconds(at: str) -> float:
+    """A scenario time ("+600s") in seconds from T0."""
+    return float(at[:-1])
 
 
 def _terminal_beside_decision(steps: list[dict], i: int) -> bool:
