@@ -503,8 +503,9 @@ def _motif_late_in_window(draw, drawn: Drawn) -> list[dict] | None:
 
 
 def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
-    """The clock frozen exactly on an anchored Every's instant for a pass, then let run on for another (the second
-    decision's range opens after the instant the first decided)."""
+    """The clock frozen exactly on an anchored Every's instant for a pass (the range (cursor, cutoff] includes its
+    end: note 26d), then frozen on the next instant for another (the cursor stands exactly on the first, which the
+    range excludes: 29f), then let run on."""
     steps: list[dict] = []
     grids = sorted(name for name in drawn.live() if name in drawn.grids)
     if not grids:
@@ -512,11 +513,16 @@ def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
         if created is None:
             return None
         steps.append({"op": "create", **created})
-    frozen = _set_clock(draw, drawn)
-    if frozen is None:
+    name = draw(st.sampled_from(sorted(n for n in drawn.live() if n in drawn.grids) or [None]))
+    if name is None:
         return steps  # the Every it created drew no anchor: no grid to freeze on
-    steps += [{"op": "set-clock", **frozen}, {"op": "process"}, {"op": "advance", "seconds": 1}, {"op": "process"}]
-    drawn.now += 1
+    anchor, every = drawn.grids[name]
+    ahead = drawn.now + 30  # past the wall time the steps before took: the clock is set forward, never back
+    first = anchor + max(0, -(-(ahead - anchor) // every)) * every
+    drawn.now = first + every + 1
+    steps += [{"op": "set-clock", "at": _time(first), "freeze": True}, {"op": "process"},
+              {"op": "set-clock", "at": _time(first + every), "freeze": True}, {"op": "process"},
+              {"op": "advance", "seconds": 1}]
     return steps
 
 

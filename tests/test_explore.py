@@ -170,7 +170,8 @@ def _motifs(steps: list[dict]) -> set[str]:
         if s["op"] == "create" and spec.get("safety_window_s") == 7200 and after.startswith("advance process") and \
                 steps[i + 1]["seconds"] == 4000:
             found.add("late-in-window")
-        if s["op"] == "set-clock" and after.startswith("process advance process") and steps[i + 2]["seconds"] == 1:
+        if s["op"] == "set-clock" and after.startswith("process set-clock process advance") and \
+                _seconds(steps[i + 2]["at"]) > _seconds(s["at"]):
             found.add("past-frozen-instant")
         if _terminal_beside_decision(steps, i):
             found.add("terminal-beside-decision")
