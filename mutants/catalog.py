@@ -302,6 +302,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "        for _ in range(max(request.maximum_schedules, 64)):\n"),),
         slice=("safety-window-sides",)),
     Mutant(
+        "maximum-schedules-plus-one", BOUNDED,
+        "A pass claims one schedule more than the maximum_schedules it was asked for (off by one at the bound).",
+        (Edit("processor.py", "        for _ in range(request.maximum_schedules):\n",
+              "        for _ in range(request.maximum_schedules + 1):\n"),),
+        slice=("safety-window-sides",)),
+    Mutant(
         "empty-pass-fails", EMPTY_PASS,
         "A pass whose claim finds nothing due answers `fail` (nothing to do) instead of `ok` with zero counts.",
         (Edit("processor.py", "            if claim is None:\n                break\n",

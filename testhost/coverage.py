@@ -105,29 +105,49 @@ def breaks(rules: tuple[str, ...], sentence: str) -> bool:
 NOTE = re.compile(r"^\s*(\d+[a-z]?)\. \*\*(.+?)\*\*", re.MULTILINE)
 
 
-def notes(page: Path | None = None) -> set[tuple[str, str]]:
-    """(label, bold title) of every numbered note of docs/protocol-notes.md."""
-    return set(NOTE.findall((page or NOTES).read_text(encoding="utf-8")))
+MARKER = re.compile(r"\bedge\s+`([a-z0-9-]+)`")
+
+
+def notes(page: Path | None = None) -> dict[tuple[str, str], str]:
+    """(label, bold title) -> text, for every numbered note of docs/protocol-notes.md (up to the next note or
+    heading)."""
+    text = (page or NOTES).read_text(encoding="utf-8")
+    starts = list(NOTE.finditer(text))
+    found = {}
+    for m, after in zip(starts, starts[1:] + [None]):
+        body = text[m.start():after.start() if after else len(text)]
+        found[(m.group(1), m.group(2))] = body.split("\n#", 1)[0]
+    return found
+
+
+def marker_problems(page: Path | None = None) -> list[tuple[str, list[str]]]:
+    """Edges a note declares ("edge `name`") that testhost/edges.py does not register."""
+    from .edges import BY_NAME
+    return [(f"note {label}", [f"declares edge {name}, which testhost/edges.py does not register"])
+            for (label, _), body in notes(page).items() for name in MARKER.findall(body) if name not in BY_NAME]
 
 
 def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """What an edge of testhost/edges.py lacks: its note, a scenario standing on it, a draw of explore aimed at
     it, a mutant breaking its sentence there (and certification.md citing that mutant under the sentence)."""
-    from scenarios.generate import MOTIFS
+    from scenarios.generate import SWARM
     from scenarios.hostile import sweep
     from scenarios.model import load_catalog
 
     from .edges import HOSTILE, SCHEMA_STAGE
     proofs = proofs if proofs is not None else mutant_rules()
     found = []
-    if not any(label == edge.note and title.startswith(edge.title) for label, title in notes()):
+    bodies = [body for (label, title), body in notes().items() if label == edge.note and title.startswith(edge.title)]
+    if not bodies:
         found.append(f"no note {edge.note} titled {edge.title!r} in docs/protocol-notes.md")
+    elif not any(edge.name in MARKER.findall(body) for body in bodies):
+        found.append(f"note {edge.note} does not declare it: edge `{edge.name}`")
     scenarios = {s.name for s in load_catalog()} | {SCHEMA_STAGE}
     found += [f"no scenario {name}" for name in edge.scenarios if name not in scenarios]
     if not edge.scenarios:
         found.append("no scenario of the matrix stands on it")
     hostile = {HOSTILE + h.field for h in sweep("00000000-0000-0000-0000-000000000000", 1)}
-    found += [f"no explore draw {name}" for name in edge.draws if name not in set(MOTIFS) | hostile]
+    found += [f"no explore draw {name}" for name in edge.draws if name not in set(SWARM) | hostile]
     if not edge.draws:
         found.append("explore draws it only by chance")
     found += [f"mutant {name} is not in the catalog" for name in edge.mutants if name not in proofs]
@@ -202,7 +222,8 @@ def summary(page: Path | None = None, spec: Path | None = None) -> dict:
     counts = Counter(klass.values())
     return {"sentences": len(sentences), "counts": {c: counts.get(c, 0) for c in CLASSES},
             "unproven": [(s, by_sentence[s].unproven_by(proofs)) for s in sentences if klass.get(s) == "unproven"],
-            "edges": [(e.name, edge_problems(e, proofs)) for e in _edges() if edge_problems(e, proofs)],
+            "edges": [(e.name, edge_problems(e, proofs)) for e in _edges() if edge_problems(e, proofs)]
+            + marker_problems(),
             "gaps": [(s, group, text) for s in sentences if s in by_sentence
                      for group, text in by_sentence[s].gaps],
             "shapes": [(s, text) for s in sentences if klass.get(s) == "shapes-only"

@@ -4,7 +4,9 @@ stage), a draw of explore aimed at it, and the mutants that break its sentence t
 A rule with an edge (a range's end, a window's equality, a cap measured where a lease ends, a class of characters)
 is proven only edge by edge: a mutant that breaks it far from the edge says nothing of an implementation that is
 off by one at it. `crashproof coverage` reads this registry: a sentence with an edge lacking its scenario, its draw
-or its mutant is unproven, and the missing part is reported by name.
+or its mutant is unproven, and the missing part is reported by name. A note declares each of its edges in its own
+text ("edge `lateness-equal-window`"), so a note and the registry cannot drift apart: a declared edge the registry
+lacks is reported too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from mutants import catalog as m
 
 SCHEMA_STAGE = "schema-stage"  # the stage `certify --migrations DIR` runs; it probes the claim function's edges
 HIGH_WATER = "The cursor is a durable UTC high-water mark."
+PROCESS_DUE = ("Its ProcessDueAsync(PostgreSqlDurableScheduleProcessRequest, CancellationToken) call processes at "
+               "most MaximumSchedules schedules (default 1), returns zero counts for an empty pass, and observes "
+               "cancellation before starting the next lease.")
 HOSTILE = "hostile:"  # a draw of explore's hostile phase, by the argument it aims at: hostile:lease_owner
 
 
@@ -28,7 +33,7 @@ class Edge:
     sentence: str  # the spec sentence (verbatim) the boundary belongs to
     boundary: str  # what lies on which side, in the note's words
     scenarios: tuple[str, ...]  # catalog scenarios (or the schema stage) with cases standing on the edge
-    draws: tuple[str, ...]  # explore's motifs (scenarios.generate.MOTIFS) or hostile arguments drawing it on purpose
+    draws: tuple[str, ...]  # explore's motifs or swarm features (scenarios.generate.SWARM), or hostile arguments
     mutants: tuple[str, ...]  # catalog mutants breaking the sentence at this edge
 
 
@@ -49,6 +54,10 @@ EDGES: tuple[Edge, ...] = (
     Edge("update-behind-cursor", "8", "Update moves the cursor to `max(cursor, accepted_at_utc)`", HIGH_WATER,
          "an update accepted while the server clock is behind the cursor leaves the cursor where it was",
          ("update-behind-cursor",), ("update-behind-cursor",), ("update-moves-cursor-back",)),
+    Edge("pass-bound-exact", "29a", "\"Processes at most MaximumSchedules schedules\" counts claims", PROCESS_DUE,
+         "a pass over more due schedules than its maximum_schedules claims exactly that many, not one more",
+         ("safety-window-sides", "max-schedules-crash-middle"), ("many-schedules",),
+         ("maximum-schedules-plus-one",)),
     Edge("lease-cap-at-end", "24i", "The lease cap is checked where the lease ends", m.CLAIM_LIMITS,
          "a lease ending exactly ten minutes after the claim is granted, one ending later or not after it is "
          "refused, whatever months, days and time of mixed signs the interval holds",

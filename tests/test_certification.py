@@ -117,7 +117,18 @@ def test_an_edge_without_its_proof_is_reported_part_by_part_and_leaves_its_sente
                      "mutant at-single-never-fires does not break the sentence",
                      "mutant at-single-never-fires is not cited under its sentence in docs/certification.md"]
     assert coverage.edge_problems(Edge("bare", "3", "Safety window", EDGES[0].sentence, "", (), (), ()), {}) == [
-        "no scenario of the matrix stands on it", "explore draws it only by chance", "no mutant breaks it at the edge"]
+        "note 3 does not declare it: edge `bare`", "no scenario of the matrix stands on it",
+        "explore draws it only by chance", "no mutant breaks it at the edge"]
+
+
+def test_a_note_declaring_an_edge_the_registry_lacks_is_reported(tmp_path):
+    page = tmp_path / "notes.md"
+    page.write_text("# Notes\n\n3. **Safety window.** Equal is inside (edge `lateness-equal-window`).\n\n"
+                    "7. **At after acceptance.** An At equal to its acceptance is refused (edge `at-on-acceptance`).\n"
+                    "## Next\n\n8. **Update.** Nothing here.\n")
+    assert coverage.marker_problems(page) == [
+        ("note 7", ["declares edge at-on-acceptance, which testhost/edges.py does not register"])]
+    assert set(coverage.notes(page)) == {("3", "Safety window."), ("7", "At after acceptance."), ("8", "Update.")}
 
 
 def test_every_cited_mutant_breaks_the_sentence_or_the_rule_of_a_check_the_entry_cites():
