@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .catalog import CANCEL_BARRIERS
+
 PROTOCOL_VERSION = 1
 
 
@@ -492,9 +494,10 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
-        "A pass is also cancelled in flight: the host answers one of its barriers (`schedule-claim-after-commit` or "
-        "`schedule-decision-after-commit`, scenario step `cancel_at`) with the barrier-reply action `cancel-pass` "
-        "instead of `continue`. Honouring it is mandatory, like `cancel_after`: go on from that barrier, finish the "
+        "A pass is also cancelled in flight: the host answers one of its barriers after a commit ("
+        + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + "; scenario step `cancel_at`) with the barrier-reply action "
+        "`cancel-pass` instead of `continue`. Honouring it is mandatory, like `cancel_after`, at each of them: go on "
+        "from that barrier, finish the "
         "lease in hand (its decision and, when the decision opened the slot, its bridge, whose commit releases the "
         "lease), start no other lease, and answer `ok` with the counts of what the pass did. Cancellation does not "
         "roll back a committed Schedule fact: what the pass had committed for that schedule when the cancel came "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS
 from barriers.protocol import PROBLEMS
 
 from .errors import StepError, TimeError
@@ -83,14 +84,19 @@ LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass clai
                     "implementation's own)")
 MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass (default 1)")
 CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many leases (before the next one)")
-# Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): after a commit of a schedule's
-# lease or decision, which every claimed schedule reaches once, so hit N is the N-th lease and the model's pass stops
-# after it (docs/protocol-notes.md, 34b).
-CANCEL_BARRIERS = ("schedule-claim-after-commit", "schedule-decision-after-commit")
+# Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): every after-commit barrier of a
+# pass, read from the barrier registry (docs/protocol-notes.md, 34b and 34l). The claim's and the decision's every
+# claimed schedule reaches once, so hit N there is the N-th lease; a bridge's is reached only by a lease whose
+# decision opened the slot, and the model takes its hit N for the N-th lease too (the scenario makes those leases
+# bridge). The model's pass stops after that lease.
+LEASE_COMMITS = ("claim", "decision")  # the commits every claimed schedule makes (barriers/catalog.py `commit`)
+LEASE_CANCEL_BARRIERS = tuple(b for b in CANCEL_BARRIERS if BARRIERS[b].commit in LEASE_COMMITS)
 CANCEL_AT = Field("cancel_at", (dict,), "cancel the pass while it runs: the host answers the barrier `barrier` "
-                  "(one of " + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + ") at its hit `hit` in this pass "
-                  "(default 1) with `cancel-pass` instead of `continue`; the pass finishes that lease, starts no "
-                  "other, and keeps what it committed (barriers/PROTOCOL.md, barrier-reply)")
+                  "(one of " + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + ", every barrier after a commit of "
+                  "a pass) at its hit `hit` in this pass (default 1) with `cancel-pass` instead of `continue`; the "
+                  "pass finishes that lease, starts no other, and keeps what it committed (barriers/PROTOCOL.md, "
+                  "barrier-reply). A bridge's barrier is reached only where the decision opened the slot: the model "
+                  "takes its hit N as the pass's N-th lease, so each of those leases must bridge")
 # Where a step may run beside a held pass: before the decision commits, so the step comes wholly before the pass's
 # effects or wholly after them (a barrier after the decision's commit would split the pass in two for the model).
 BESIDE_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit")
@@ -996,14 +1002,14 @@ def check_step(raw: dict[str, Any], context: Context) -> tuple[str, dict[str, An
 
 
 def check_cancel_at(args: dict[str, Any]) -> None:
-    """A pass's `cancel_at`: a barrier after a lease's or decision's commit, at a hit the pass can reach."""
+    """A pass's `cancel_at`: a barrier after a commit of the pass, at a hit the pass can reach."""
     cancel = args["cancel_at"]
     unknown = sorted(set(cancel) - {"barrier", "hit"})
     if unknown:
         raise StepError(f"cancel_at takes no {', '.join(unknown)} (it takes barrier, hit)")
     if cancel.get("barrier") not in CANCEL_BARRIERS:
-        raise StepError(f"cancel_at.barrier must be one of {', '.join(CANCEL_BARRIERS)} (a barrier every claimed "
-                        f"schedule reaches once, after a commit)")
+        raise StepError(f"cancel_at.barrier must be one of {', '.join(CANCEL_BARRIERS)} (a barrier after a commit "
+                        f"of the pass, where no COMMIT is in flight)")
     hit = cancel.get("hit", 1)
     if not isinstance(hit, int) or isinstance(hit, bool) or hit < 1:
         raise StepError("cancel_at.hit must be a whole number from 1")
