@@ -636,6 +636,24 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("processor.py", "            if user != self.runtime_role:\n", "            if user is None:\n")),
         slice=("bridge-role",)),
     Mutant(
+        "bridge-own-session-unproven", BRIDGE_PROOF,
+        "Only the decision proves current_user: the bridge runs on a runtime session of its own (a pool's next "
+        "connection) and takes whatever role that session has for the configured one, so a login that lost the "
+        "runtime role after the decision committed still has its Work accepted and linked.",
+        (Edit("processor.py",
+              "        with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:\n"
+              "            self._bridge(s, claim, scope_id, bridged, context)\n"
+              "            barriers.hit(\"schedule-bridge-before-commit\", **context)\n",
+              "        own = Session(self.runtime_dsn, deadline=self.deadline, application_name=\"appsurface-bridge\")\n"
+              "        try:\n"
+              "            with own.scoped(scope_id, own.one(\"select current_user as user\")[\"user\"],\n"
+              "                            reads=self._state_reads(claim)) as s:\n"
+              "                self._bridge(s, claim, scope_id, bridged, context)\n"
+              "                barriers.hit(\"schedule-bridge-before-commit\", **context)\n"
+              "        finally:\n"
+              "            own.close()\n"),),
+        slice=("bridge-role-after-decision",)),
+    Mutant(
         "bridge-denial-retriable", BRIDGE_NOT_RETRIABLE,
         "An access-denied SQLSTATE (42501) and a refused bridge role are taken as transient: the pass retries them "
         "after rollback, gives up, and answers as after a disconnect.",

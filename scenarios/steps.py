@@ -544,6 +544,16 @@ class Pass(StepKind):
         if "revoke" in args and ("during" in args or "expect" in args or "cancel_at" in args):
             raise StepError("a pass with a revoked grant is judged by the bridge-role checks: it takes no during, "
                             "expect or cancel_at")
+        if "demote_after_decision" in args:
+            if args["demote_after_decision"] is not True:
+                raise StepError("demote_after_decision takes true (leave it out for a pass that keeps its role)")
+            others = sorted(set(args) & {"during", "expect", "cancel_at", "cancel_after", "revoke"})
+            if others:
+                raise StepError(f"a pass whose role is taken after its decision is judged by "
+                                f"bridge-role-proven-after-decision: it takes no {', '.join(others)}")
+            if args.get("maximum_schedules", 1) != 1:
+                raise StepError("demote_after_decision: maximum_schedules must be 1 (how many schedules a refused "
+                                "pass claims before it answers is the implementation's)")
 
     def run(self, case, step):
         args = step.args
@@ -563,6 +573,9 @@ class Pass(StepKind):
         for the held decision: after the pass)."""
         if pass_denial(replay.scenario, step) is not None:
             return  # its bridge is refused: nothing of Gate A moves (docs/protocol-notes.md, 33b)
+        if step.args.get("demote_after_decision"):
+            replay.model.pass_(replay.now, 1, skip, bridges=False)  # its decision only (33l)
+            return
         if "expect" not in step.args:
             replay.model.pass_(replay.now, self.claims(step), skip)
         elif step.expected_outcome == "ok":
@@ -582,15 +595,28 @@ REVOKE = Field("revoke", (str,), "run the pass with this privilege revoked from 
                "(`bridge-failure-not-retriable`); the model takes nothing from it", choices=REVOCABLE)
 
 
+DEMOTE = Field("demote_after_decision", (bool,), "true: take the runtime role from the copy's runtime login between "
+               "the pass's committed decision and its bridge (the copy's `runtime_login = \"default-role\"`, "
+               "`maximum_schedules` 1). At the pass's `schedule-decision-after-commit` the host resets the login's "
+               "default role, so its sessions are the login itself, a member holding the runtime role's privileges, "
+               "and ends them; once the pass answered it gives the role back and ends them again. Nothing scoped may "
+               "commit from that barrier until the answer (`bridge-role-proven-after-decision`); the model takes the "
+               "pass's decision and no bridge, and the lease it left")
+# The runtime logins whose every pass must be refused (scenarios/instances.py RUNTIME_LOGINS): a `default-role`
+# login is the runtime role until the host takes it away (`demote_after_decision`).
+DENIED_LOGINS = ("member",)
+
+
 def pass_denial(scenario, step: "Step") -> str | None:
     """Why a `process` step's bridge must be refused: a revoked privilege, or the runtime login of its copy
-    (`[instances.B] runtime_login`); None for a pass that may run."""
+    (`[instances.B] runtime_login = "member"`); None for a pass that may run."""
     if step.op != "process":
         return None
     if "revoke" in step.args:
         return step.args["revoke"]
     instance = scenario.instances.get(step.args.get("processor", "A")) if scenario is not None else None
-    return getattr(instance, "runtime_login", None)
+    login = getattr(instance, "runtime_login", None)
+    return login if login in DENIED_LOGINS else None
 
 
 @step_kind
@@ -598,7 +624,7 @@ class Process(Pass):
     op = "process"
     summary = "One bounded process-due pass of one processor (copy A unless `processor` names another)."
     fields = (MAXIMUM, Field("processor", (str,), "which copy of the implementation runs the pass (default A)"),
-              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE)
+              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE, DEMOTE)
     example = '''description = "Two due schedules, one bounded pass each."
 [[steps]]
 op = "create"
