@@ -1130,7 +1130,9 @@ SCENARIO_FIELDS = (
           "(variables for it); see barriers/PROTOCOL.md, \"Your own clock\". `[instances.B]` also takes "
           "`runtime_login = \"member\"`: that copy's CRASHPROOF_RUNTIME_DSN logs in as a role that is only a member "
           "of the runtime role, so every `process` step it runs must be refused by the bridge's proof of "
-          "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it"),
+          "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it; "
+          "or `runtime_login = \"default-role\"`: a login whose default role in the case's database is the runtime "
+          "role, so its passes run until a `process` step's `demote_after_decision` takes that away"),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from .bridge_role import LOGIN_ROLES
 from .checks import GATE_A_STATES, CheckResult, rule_of
 
 if TYPE_CHECKING:
@@ -26,8 +25,13 @@ if TYPE_CHECKING:
 
 RUNTIME_ROLE = "appsurface_durable_runtime"
 DISPATCHER_ROLE = "appsurface_durable_dispatcher"
-# What a copy's runtime DSN may log in as (testhost/bridge_role.py): its sessions are the runtime role's here.
-RUNTIME_LOGINS = (RUNTIME_ROLE, *LOGIN_ROLES.values())
+
+
+def runtime_logins() -> tuple[str, ...]:
+    """What a copy's runtime DSN may log in as (testhost/bridge_role.py): its sessions are the runtime role's here."""
+    from .bridge_role import LOGIN_ROLES  # bridge_role registers its checks through .checks, which imports us
+    return (RUNTIME_ROLE, *LOGIN_ROLES.values())
+
 
 # One statement, one round trip: the schedule's rows that a pass writes, each with its xmin. The Work rows are those
 # under the schedule's occurrence idempotency keys (`schedule-occurrence/v1|scope|schedule|...`).
@@ -171,7 +175,8 @@ class BarrierFacts:
 
     def _sessions(self, name: str, schedule_id: str, sessions: list) -> None:
         self.rows[ROLES] += 1
-        if [RUNTIME_ROLE if row["role"] in RUNTIME_LOGINS else row["role"] for row in sessions] != [OPEN_AT[name]]:
+        logins = runtime_logins()
+        if [RUNTIME_ROLE if row["role"] in logins else row["role"] for row in sessions] != [OPEN_AT[name]]:
             self.evidence[ROLES].append({"barrier": name, "schedule_id": schedule_id,
                                          "sessions_holding_a_transaction_id": sessions,
                                          "expected": f"exactly one, {OPEN_AT[name]}'s"})
@@ -240,7 +245,7 @@ def read_facts(cur: psycopg.Cursor, schedule_id: str, sessions: bool = False) ->
     """The schedule's rows a pass writes, keyed per table, as one statement sees them (with `sessions`, also the
     implementation's sessions holding a transaction ID)."""
     row = cur.execute(FACTS_SQL, {"s": schedule_id, "sessions": sessions,
-                                  "users": [*RUNTIME_LOGINS, DISPATCHER_ROLE]}).fetchone()
+                                  "users": [*runtime_logins(), DISPATCHER_ROLE]}).fetchone()
     return {name: json.loads(value) if value is not None else None
             for name, value in zip(("definition", "dispatch", "occurrences", "history", "work", "sessions"), row)}
 
