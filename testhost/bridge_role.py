@@ -274,9 +274,14 @@ class Demotion:
         if self.faulted:
             return None, False  # a fault's answer and commits are the fault's checks'
         if self.at_decision is None:
-            return {**where, "tested_nothing": f"the pass never reached {DEMOTED_AT}: no decision committed under "
-                                               "the runtime role for a bridge to follow", "outcome": self.outcome,
-                    "error": self.error}, True
+            found = {**where, "tested_nothing": f"the pass never reached {DEMOTED_AT}: no decision committed under "
+                                                "the runtime role for a bridge to follow", "outcome": self.outcome,
+                     "error": self.error}
+            if self.outcome in ("fail", "unknown"):
+                found["likely_cause"] = (f"a session of {DEFAULT_ROLE_LOGIN} has current_user {RUNTIME} (its "
+                                         "default role; session_user is the login) and must be let through: is "
+                                         "session_user compared instead of current_user?")
+            return found, True
         if self.not_in_effect:
             return {**where, "tested_nothing": "; ".join(self.not_in_effect)}, True
         schedule_id = str((self.context or {}).get("schedule_id"))
