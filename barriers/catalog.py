@@ -58,5 +58,10 @@ def required_of(operations) -> set[str]:
     return {b.name for b in CATALOG if b.operation in operations}
 
 
+# Where a pass's cancellation may be delivered (the barrier-reply `cancel-pass`): after every commit of a
+# `process-due` pass, where nothing is in flight, so the cancel comes between two transactions and the pass's next
+# step is decided by it alone. Before a commit the COMMIT in flight would race it, which the spec leaves open.
+CANCEL_BARRIERS = tuple(b.name for b in CATALOG if b.operation == "process-due" and b.position == "after-commit")
+
 SPEC_NAMES = ("schedule-decision-before-commit", "schedule-decision-after-commit", "schedule-bridge-before-commit",
               "schedule-link-after-commit", "schedule-work-after-acceptance")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .catalog import CANCEL_BARRIERS
+
 PROTOCOL_VERSION = 1
 
 
@@ -57,7 +59,8 @@ ENVIRONMENT = (
                         "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
                         "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
                         "transaction. In a scenario that tests the bridge's proof (`runtime_login`) it logs in as "
-                        "a role that is only a member of the runtime role: your code must refuse it "
+                        "a role that is only a member of the runtime role, which your code must refuse, or as a "
+                        "login whose default role is the runtime role until the host takes that away "
                         "(*Transactions of a pass*)."),
     EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
                         "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
@@ -334,6 +337,19 @@ NORMATIVE = (
         "succeed before an operator changes the login or the grant (`bridge-failure-not-retriable`). A lease the "
         "claim took is left to expire; once the proper login and grant are back, a later pass materializes the "
         "instant exactly once.",
+        "Every scoped transaction proves it, the bridge too, on the connection it runs on. Scenario "
+        "`bridge-role-after-decision` gives `CRASHPROOF_RUNTIME_DSN` the login `crashproof_runtime_by_default`, whose "
+        "default role in the case's database is the runtime role (`ALTER ROLE ... IN DATABASE ... SET role`): "
+        "`current_user` is the runtime role in every session it opens (`session_user` is the login), so its passes "
+        "run. At the `schedule-decision-after-commit` of one pass the host resets that default and ends the login's "
+        "sessions: from then on a session of the login is the login itself, a member holding every privilege of "
+        "the runtime role, whether your bridge reconnects, takes a pool's other connection or retries the "
+        "schedule. Nothing scoped may commit from that barrier until the pass answered: no Work, link, "
+        "materialized occurrence, history row, definition change or lease release "
+        "(`bridge-role-proven-after-decision`). The answer is yours (the ended session is a disconnect; a refused "
+        "proof is not retriable); the lease the decision took is left to expire. Once the pass answered the host "
+        "gives the role back and ends the login's sessions again, and the next pass materializes the instant "
+        "exactly once.",
         "The database guards its audit trail and fencing token for every role: `schedule_history` rows carry "
         "`recorded_at_utc = transaction_timestamp()`, an event of the schema's list and a schedule of their own "
         "scope, and are never updated or deleted; `cursor_utc` never moves backwards; the runtime cannot delete "
@@ -492,9 +508,10 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
-        "A pass is also cancelled in flight: the host answers one of its barriers (`schedule-claim-after-commit` or "
-        "`schedule-decision-after-commit`, scenario step `cancel_at`) with the barrier-reply action `cancel-pass` "
-        "instead of `continue`. Honouring it is mandatory, like `cancel_after`: go on from that barrier, finish the "
+        "A pass is also cancelled in flight: the host answers one of its barriers after a commit ("
+        + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + "; scenario step `cancel_at`) with the barrier-reply action "
+        "`cancel-pass` instead of `continue`. Honouring it is mandatory, like `cancel_after`, at each of them: go on "
+        "from that barrier, finish the "
         "lease in hand (its decision and, when the decision opened the slot, its bridge, whose commit releases the "
         "lease), start no other lease, and answer `ok` with the counts of what the pass did. Cancellation does not "
         "roll back a committed Schedule fact: what the pass had committed for that schedule when the cancel came "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from barriers.catalog import CANCEL_BARRIERS
+
 from . import Edit, Mutant
 
 ONE_TRANSACTION = "It writes the occurrence disposition and cursor movement in one scoped transaction."
@@ -42,6 +44,15 @@ BEHIND_CURSOR = "A cutoff at or behind the cursor is a no-op."
 PASSIVE = "PostgreSqlDurableScheduleProcessor is provider-specific and passive."
 REQUEUE = "If one exists, it requeues the Schedule dispatch row in that same transaction."
 CANCEL_LEASE = "observes cancellation before starting the next lease"
+# Where the reference's adapter takes a barrier-reply `cancel-pass` (reference/adapter.py `_barrier`).
+CANCEL_PASS_REPLY = '        if reply.get("action") == "cancel-pass" and self._pass_token is not None:\n'
+
+
+def _short(barrier: str) -> str:
+    """schedule-claim-after-commit -> claim."""
+    return barrier.removeprefix("schedule-").removesuffix("-after-commit")
+
+
 WORK_INSIDE_LINK = ("The Work bridge calls the existing PostgreSqlDurableWorkTransactionWriter.EnqueueAsync("
                     "NpgsqlTransaction, DurableWorkRequest) inside the occurrence-link transaction.")
 GATE_A_STATES = ("Gate A writes only pending, materialized, and superseded; it does not claim individual occurrence "
@@ -604,9 +615,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "cancel-pass-ignored", CANCEL_LEASE,
         "The adapter takes a barrier-reply `cancel-pass` for `continue`: a pass cancelled in flight goes on and "
         "starts the next lease.",
-        (Edit("adapter.py", '        if reply.get("action") == "cancel-pass" and self._pass_token is not None:\n',
-              '        if False:\n'),),
+        (Edit("adapter.py", CANCEL_PASS_REPLY, '        if False:\n'),),
         slice=("cancel-after-decision",)),
+    # One per barrier the host may answer `cancel-pass` (barriers/catalog.py CANCEL_BARRIERS, read from the registry):
+    # the action honoured everywhere but there, so each barrier's case in `cancel-at-each-barrier` has its own teeth.
+    *(Mutant(
+        f"cancel-pass-ignored-at-{_short(barrier)}", CANCEL_LEASE,
+        f"The adapter honours a barrier-reply `cancel-pass` at every barrier but `{barrier}`, where it takes it for "
+        "`continue`: a pass cancelled there goes on and starts the next lease.",
+        (Edit("adapter.py", CANCEL_PASS_REPLY, CANCEL_PASS_REPLY.replace(
+            ":\n", f" and name != {barrier!r}:\n")),),
+        slice=("cancel-at-each-barrier",)) for barrier in CANCEL_BARRIERS),
     Mutant(
         "target-format-characters-stored", PROBLEM_RESULTS,
         "A target command is checked for control characters only, so one holding a format character (a "
@@ -622,6 +641,24 @@ MUTANTS: tuple[Mutant, ...] = (
               "       case when %(runtime_role)s::text is not null\n"),
          Edit("processor.py", "            if user != self.runtime_role:\n", "            if user is None:\n")),
         slice=("bridge-role",)),
+    Mutant(
+        "bridge-own-session-unproven", BRIDGE_PROOF,
+        "Only the decision proves current_user: the bridge runs on a runtime session of its own (a pool's next "
+        "connection) and takes whatever role that session has for the configured one, so a login that lost the "
+        "runtime role after the decision committed still has its Work accepted and linked.",
+        (Edit("processor.py",
+              "        with self.runtime.scoped(scope_id, self.runtime_role, reads=self._state_reads(claim)) as s:\n"
+              "            self._bridge(s, claim, scope_id, bridged, context)\n"
+              "            barriers.hit(\"schedule-bridge-before-commit\", **context)\n",
+              "        own = Session(self.runtime_dsn, deadline=self.deadline, application_name=\"appsurface-bridge\")\n"
+              "        try:\n"
+              "            with own.scoped(scope_id, own.one(\"select current_user as user\")[\"user\"],\n"
+              "                            reads=self._state_reads(claim)) as s:\n"
+              "                self._bridge(s, claim, scope_id, bridged, context)\n"
+              "                barriers.hit(\"schedule-bridge-before-commit\", **context)\n"
+              "        finally:\n"
+              "            own.close()\n"),),
+        slice=("bridge-role-after-decision",)),
     Mutant(
         "bridge-denial-retriable", BRIDGE_NOT_RETRIABLE,
         "An access-denied SQLSTATE (42501) and a refused bridge role are taken as transient: the pass retries them "

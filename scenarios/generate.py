@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from .steps import BESIDE_AFTER_DECISION, BESIDE_BARRIERS, CANCEL_BARRIERS, STEPS
+from .steps import BESIDE_AFTER_DECISION, BESIDE_BARRIERS, LEASE_CANCEL_BARRIERS, STEPS
 
 NAMES = ("s1", "s2", "s3")
 CLAIM_LIMITS = ("The function rejects blank or control-character lease owners and lease durations that are null, "
@@ -229,7 +229,8 @@ def _pass_fields(draw, drawn: Drawn, racing: bool, after_advance: bool = False) 
         drawn.header.setdefault("instances", {"B": {"runtime_login": "member"}})
         return step
     if after_advance and drawn.on("cancel-at") and "cancel_after" not in step and draw(st.booleans()):
-        step["cancel_at"] = {"barrier": draw(st.sampled_from(CANCEL_BARRIERS)),
+        # A lease's own barriers only: a drawn program may not bridge every lease (a bridge's barrier is the catalog's).
+        step["cancel_at"] = {"barrier": draw(st.sampled_from(LEASE_CANCEL_BARRIERS)),
                              "hit": draw(st.integers(1, maximum))}
         return step
     if not racing and drawn.on("refused-lease") and draw(st.integers(0, 3)) == 0:
@@ -448,7 +449,7 @@ def _motif_cancel_in_flight(draw, drawn: Drawn) -> list[dict] | None:
     _due(drawn, [first, second], steps)
     # The decision's commit first: a cancel there must keep the decision and stop before the second lease.
     steps.append({"op": "process", "maximum_schedules": 2,
-                  "cancel_at": {"barrier": draw(st.sampled_from(CANCEL_BARRIERS[::-1])), "hit": 1}})
+                  "cancel_at": {"barrier": draw(st.sampled_from(LEASE_CANCEL_BARRIERS[::-1])), "hit": 1}})
     return steps
 
 

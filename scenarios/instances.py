@@ -14,9 +14,11 @@ from typing import Any
 # what a paused copy leased (testhost/faults.py).
 INSTANCE_LABELS = ("A", "B", "takeover")
 INSTANCE_FIELDS = {"clock_offset": str, "command": str, "environment": dict, "runtime_login": str}
-# What a copy's runtime DSN may log in as instead of the runtime role (testhost/bridge_role.py makes the role). Only
-# copy B: A runs the client steps, the drains and every recovery, and the takeover drains a paused copy's lease.
-RUNTIME_LOGINS = ("member",)
+# What a copy's runtime DSN may log in as instead of the runtime role (testhost/bridge_role.py makes the role): a
+# mere member of it (every pass refused), or a login whose default role it is (its passes run until a step takes the
+# role away, `demote_after_decision`). Only copy B: A runs the client steps, the drains and every recovery, and the
+# takeover drains a paused copy's lease.
+RUNTIME_LOGINS = ("member", "default-role")
 # libfaketime skews by whole seconds here; ten years keeps every instant inside datetime's range.
 MAX_OFFSET = timedelta(days=3650)
 _DURATION = re.compile(r"^(?P<sign>[+-]?)(?=\d)(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")

@@ -104,12 +104,20 @@ def parse(name: str, text: str, origin: str | None = None) -> Scenario:
     shift = data.get("bridge_clock_shift_s")
     if shift is not None and (isinstance(shift, bool) or not isinstance(shift, (int, float)) or shift <= 0):
         raise ScenarioError(f"{label}: bridge_clock_shift_s must be a positive number of seconds")
+    instances = parse_instances(data.get("instances"), label, text, origin)
+    for step in steps:
+        copy = step.args.get("processor", "A")
+        if step.args.get("demote_after_decision") and \
+                getattr(instances.get(copy), "runtime_login", None) != "default-role":
+            line = f":{lines[step.index]}" if len(lines) == len(raw_steps) else ""
+            raise ScenarioError(f"{label}{line}: step {step.index + 1}: demote_after_decision takes the runtime role "
+                                f"from a login whose default role it is: run it on copy B with [instances.B] "
+                                f"runtime_login = \"default-role\" (processor = \"B\")")
     return Scenario(name=name, description=data.get("description", ""), covers=tuple(data.get("covers", [])),
                     steps=tuple(steps), expect=expect, equivalence=data.get("equivalence", True),
                     lease_seconds=float(data.get("lease_seconds", 2.0)),
                     bridge_clock_shift_s=float(shift) if shift is not None else None, source=text,
-                    origin=origin or "", instances=parse_instances(data.get("instances"), label, text, origin),
-                    fault_free=data.get("fault_free", False))
+                    origin=origin or "", instances=instances, fault_free=data.get("fault_free", False))
 
 
 def is_builtin(scenario: Scenario) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS
 from barriers.protocol import PROBLEMS
 
 from .errors import StepError, TimeError
@@ -83,14 +84,19 @@ LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass clai
                     "implementation's own)")
 MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass (default 1)")
 CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many leases (before the next one)")
-# Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): after a commit of a schedule's
-# lease or decision, which every claimed schedule reaches once, so hit N is the N-th lease and the model's pass stops
-# after it (docs/protocol-notes.md, 34b).
-CANCEL_BARRIERS = ("schedule-claim-after-commit", "schedule-decision-after-commit")
+# Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): every after-commit barrier of a
+# pass, read from the barrier registry (docs/protocol-notes.md, 34b and 34l). The claim's and the decision's every
+# claimed schedule reaches once, so hit N there is the N-th lease; a bridge's is reached only by a lease whose
+# decision opened the slot, and the model takes its hit N for the N-th lease too (the scenario makes those leases
+# bridge). The model's pass stops after that lease.
+LEASE_COMMITS = ("claim", "decision")  # the commits every claimed schedule makes (barriers/catalog.py `commit`)
+LEASE_CANCEL_BARRIERS = tuple(b for b in CANCEL_BARRIERS if BARRIERS[b].commit in LEASE_COMMITS)
 CANCEL_AT = Field("cancel_at", (dict,), "cancel the pass while it runs: the host answers the barrier `barrier` "
-                  "(one of " + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + ") at its hit `hit` in this pass "
-                  "(default 1) with `cancel-pass` instead of `continue`; the pass finishes that lease, starts no "
-                  "other, and keeps what it committed (barriers/PROTOCOL.md, barrier-reply)")
+                  "(one of " + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + ", every barrier after a commit of "
+                  "a pass) at its hit `hit` in this pass (default 1) with `cancel-pass` instead of `continue`; the "
+                  "pass finishes that lease, starts no other, and keeps what it committed (barriers/PROTOCOL.md, "
+                  "barrier-reply). A bridge's barrier is reached only where the decision opened the slot: the model "
+                  "takes its hit N as the pass's N-th lease, so each of those leases must bridge")
 # Where a step may run beside a held pass: before the decision commits, so the step comes wholly before the pass's
 # effects or wholly after them (a barrier after the decision's commit would split the pass in two for the model).
 BESIDE_BARRIERS = ("schedule-claim-before-commit", "schedule-claim-after-commit", "schedule-decision-before-commit")
@@ -538,6 +544,16 @@ class Pass(StepKind):
         if "revoke" in args and ("during" in args or "expect" in args or "cancel_at" in args):
             raise StepError("a pass with a revoked grant is judged by the bridge-role checks: it takes no during, "
                             "expect or cancel_at")
+        if "demote_after_decision" in args:
+            if args["demote_after_decision"] is not True:
+                raise StepError("demote_after_decision takes true (leave it out for a pass that keeps its role)")
+            others = sorted(set(args) & {"during", "expect", "cancel_at", "cancel_after", "revoke"})
+            if others:
+                raise StepError(f"a pass whose role is taken after its decision is judged by "
+                                f"bridge-role-proven-after-decision: it takes no {', '.join(others)}")
+            if args.get("maximum_schedules", 1) != 1:
+                raise StepError("demote_after_decision: maximum_schedules must be 1 (how many schedules a refused "
+                                "pass claims before it answers is the implementation's)")
 
     def run(self, case, step):
         args = step.args
@@ -557,6 +573,9 @@ class Pass(StepKind):
         for the held decision: after the pass)."""
         if pass_denial(replay.scenario, step) is not None:
             return  # its bridge is refused: nothing of Gate A moves (docs/protocol-notes.md, 33b)
+        if step.args.get("demote_after_decision"):
+            replay.model.pass_(replay.now, 1, skip, bridges=False)  # its decision only (33l)
+            return
         if "expect" not in step.args:
             replay.model.pass_(replay.now, self.claims(step), skip)
         elif step.expected_outcome == "ok":
@@ -576,15 +595,28 @@ REVOKE = Field("revoke", (str,), "run the pass with this privilege revoked from 
                "(`bridge-failure-not-retriable`); the model takes nothing from it", choices=REVOCABLE)
 
 
+DEMOTE = Field("demote_after_decision", (bool,), "true: take the runtime role from the copy's runtime login between "
+               "the pass's committed decision and its bridge (the copy's `runtime_login = \"default-role\"`, "
+               "`maximum_schedules` 1). At the pass's `schedule-decision-after-commit` the host resets the login's "
+               "default role, so its sessions are the login itself, a member holding the runtime role's privileges, "
+               "and ends them; once the pass answered it gives the role back and ends them again. Nothing scoped may "
+               "commit from that barrier until the answer (`bridge-role-proven-after-decision`); the model takes the "
+               "pass's decision and no bridge, and the lease it left")
+# The runtime logins whose every pass must be refused (scenarios/instances.py RUNTIME_LOGINS): a `default-role`
+# login is the runtime role until the host takes it away (`demote_after_decision`).
+DENIED_LOGINS = ("member",)
+
+
 def pass_denial(scenario, step: "Step") -> str | None:
     """Why a `process` step's bridge must be refused: a revoked privilege, or the runtime login of its copy
-    (`[instances.B] runtime_login`); None for a pass that may run."""
+    (`[instances.B] runtime_login = "member"`); None for a pass that may run."""
     if step.op != "process":
         return None
     if "revoke" in step.args:
         return step.args["revoke"]
     instance = scenario.instances.get(step.args.get("processor", "A")) if scenario is not None else None
-    return getattr(instance, "runtime_login", None)
+    login = getattr(instance, "runtime_login", None)
+    return login if login in DENIED_LOGINS else None
 
 
 @step_kind
@@ -592,7 +624,7 @@ class Process(Pass):
     op = "process"
     summary = "One bounded process-due pass of one processor (copy A unless `processor` names another)."
     fields = (MAXIMUM, Field("processor", (str,), "which copy of the implementation runs the pass (default A)"),
-              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE)
+              CANCEL_AFTER, LEASE_SECONDS, LEASE_OWNER, DURING, EXPECT, RULE, CANCEL_AT, REVOKE, DEMOTE)
     example = '''description = "Two due schedules, one bounded pass each."
 [[steps]]
 op = "create"
@@ -996,14 +1028,14 @@ def check_step(raw: dict[str, Any], context: Context) -> tuple[str, dict[str, An
 
 
 def check_cancel_at(args: dict[str, Any]) -> None:
-    """A pass's `cancel_at`: a barrier after a lease's or decision's commit, at a hit the pass can reach."""
+    """A pass's `cancel_at`: a barrier after a commit of the pass, at a hit the pass can reach."""
     cancel = args["cancel_at"]
     unknown = sorted(set(cancel) - {"barrier", "hit"})
     if unknown:
         raise StepError(f"cancel_at takes no {', '.join(unknown)} (it takes barrier, hit)")
     if cancel.get("barrier") not in CANCEL_BARRIERS:
-        raise StepError(f"cancel_at.barrier must be one of {', '.join(CANCEL_BARRIERS)} (a barrier every claimed "
-                        f"schedule reaches once, after a commit)")
+        raise StepError(f"cancel_at.barrier must be one of {', '.join(CANCEL_BARRIERS)} (a barrier after a commit "
+                        f"of the pass, where no COMMIT is in flight)")
     hit = cancel.get("hit", 1)
     if not isinstance(hit, int) or isinstance(hit, bool) or hit < 1:
         raise StepError("cancel_at.hit must be a whole number from 1")
@@ -1098,7 +1130,9 @@ SCENARIO_FIELDS = (
           "(variables for it); see barriers/PROTOCOL.md, \"Your own clock\". `[instances.B]` also takes "
           "`runtime_login = \"member\"`: that copy's CRASHPROOF_RUNTIME_DSN logs in as a role that is only a member "
           "of the runtime role, so every `process` step it runs must be refused by the bridge's proof of "
-          "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it"),
+          "current_user (`bridge-role-proven`, `bridge-failure-not-retriable`) and the model takes nothing from it; "
+          "or `runtime_login = \"default-role\"`: a login whose default role in the case's database is the runtime "
+          "role, so its passes run until a `process` step's `demote_after_decision` takes that away"),
     Field("steps", (list,), "the timeline, in order (`[[steps]]` tables)", required=True),
     Field("expect", (dict,), "per schedule name, what the fault-free run must end with (`[expect.NAME]`)"),
 )

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 RUNTIME_ROLE = "appsurface_durable_runtime"
 DISPATCHER_ROLE = "appsurface_durable_dispatcher"
 
+
+def runtime_logins() -> tuple[str, ...]:
+    """What a copy's runtime DSN may log in as (testhost/bridge_role.py): its sessions are the runtime role's here."""
+    from .bridge_role import LOGIN_ROLES  # bridge_role registers its checks through .checks, which imports us
+    return (RUNTIME_ROLE, *LOGIN_ROLES.values())
+
+
 # One statement, one round trip: the schedule's rows that a pass writes, each with its xmin. The Work rows are those
 # under the schedule's occurrence idempotency keys (`schedule-occurrence/v1|scope|schedule|...`).
 FACTS_SQL = """
@@ -52,7 +59,7 @@ select
                                                          order by backend_xid::text), '[]')
                                  from pg_stat_activity
                                 where datname = current_database() and backend_xid is not null
-                                  and usename::text in (%(runtime)s, %(dispatcher)s))::text end as sessions
+                                  and usename::text = any(%(users)s))::text end as sessions
 """
 
 # `sessions`: the implementation's sessions holding a transaction ID on the case's database (the host's own log in as
@@ -168,7 +175,8 @@ class BarrierFacts:
 
     def _sessions(self, name: str, schedule_id: str, sessions: list) -> None:
         self.rows[ROLES] += 1
-        if [row["role"] for row in sessions] != [OPEN_AT[name]]:
+        logins = runtime_logins()
+        if [RUNTIME_ROLE if row["role"] in logins else row["role"] for row in sessions] != [OPEN_AT[name]]:
             self.evidence[ROLES].append({"barrier": name, "schedule_id": schedule_id,
                                          "sessions_holding_a_transaction_id": sessions,
                                          "expected": f"exactly one, {OPEN_AT[name]}'s"})
@@ -236,8 +244,8 @@ class BarrierFacts:
 def read_facts(cur: psycopg.Cursor, schedule_id: str, sessions: bool = False) -> dict:
     """The schedule's rows a pass writes, keyed per table, as one statement sees them (with `sessions`, also the
     implementation's sessions holding a transaction ID)."""
-    row = cur.execute(FACTS_SQL, {"s": schedule_id, "sessions": sessions, "runtime": RUNTIME_ROLE,
-                                  "dispatcher": DISPATCHER_ROLE}).fetchone()
+    row = cur.execute(FACTS_SQL, {"s": schedule_id, "sessions": sessions,
+                                  "users": [*runtime_logins(), DISPATCHER_ROLE]}).fetchone()
     return {name: json.loads(value) if value is not None else None
             for name, value in zip(("definition", "dispatch", "occurrences", "history", "work", "sessions"), row)}
 

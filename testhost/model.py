@@ -216,17 +216,18 @@ class Model:
         return [s.name for s in due[:maximum]]
 
     def pass_(self, now: datetime, maximum: int = 64, skip: frozenset = frozenset(),
-              first: list[str] = ()) -> None:
+              first: list[str] = (), bridges: bool = True) -> None:
         """The claimed schedules are processed once each; those in `skip` were claimed by a pass a fault
         interrupted before it decided them, and wait for a later pass. `first` were claimed already, before a change
         beside the pass committed: they are its first leases whatever the change did to them (a schedule no longer
-        active is then decided as nothing), and the rest of the pass claims among what is due now."""
+        active is then decided as nothing), and the rest of the pass claims among what is due now. Without
+        `bridges` each is decided only: its bridge was refused (an occurrence it opened waits for a later pass)."""
         names = list(first)
         names += [name for name in self.claimed(now, maximum) if name not in names][:max(0, maximum - len(names))]
         for name in names:
             s = self.schedules.get(name)
             if name not in skip and s is not None and s.lifecycle == "active":
-                self._process(s, now)
+                self._process(s, now, bridges)
 
     def drain(self, now: datetime, skip: frozenset = frozenset()) -> None:
         for _ in range(10):
@@ -234,7 +235,7 @@ class Model:
                 return
             self.pass_(now, skip=skip)
 
-    def _process(self, s: Schedule, cutoff: datetime) -> None:
+    def _process(self, s: Schedule, cutoff: datetime, bridges: bool = True) -> None:
         s.claimable_at = None  # this pass's lease is released with the schedule's next due time
         if s.epoch != self.epoch:
             s.suspend("runtime-epoch")
@@ -249,7 +250,8 @@ class Model:
                 return
             self._dispose(s, instants)
             s.cursor = cutoff
-        self._bridge(s)
+        if bridges:
+            self._bridge(s)
 
     def _dispose(self, s: Schedule, instants: list[datetime]) -> None:
         kind = "nominal" if len(instants) == 1 else "recovery"

@@ -219,6 +219,8 @@ class CaseRun:
         self.barrier_facts = BarrierFacts()  # each schedule's rows and their writers, read at its barriers
         self.cancel_plans: list[CancelPlan] = []  # each `process` step's `cancel_at` that has run, in order
         self.denied_passes: list[dict] = []  # passes whose bridge must be refused (testhost/bridge_role.py)
+        self.demotions: list[bridge_role.Demotion] = []  # passes whose runtime role is taken after their decision
+        self.default_role_set = False  # the store's default role for bridge_role.DEFAULT_ROLE_LOGIN, reset at the end
 
     @property
     def owner(self) -> KeptSession:
@@ -243,9 +245,12 @@ class CaseRun:
         proxied = self.network_faulted
         instance = self.scenario.instances.get(label)
         runtime_user = RUNTIME
-        if instance is not None and instance.runtime_login == "member":
-            bridge_role.ensure_member(self.world)
-            runtime_user = bridge_role.MEMBER
+        if instance is not None and instance.runtime_login is not None:
+            runtime_user = bridge_role.LOGIN_ROLES[instance.runtime_login]
+            bridge_role.ensure_member(self.world, runtime_user)
+            if runtime_user == bridge_role.DEFAULT_ROLE_LOGIN:  # its sessions in this store begin as the runtime role
+                bridge_role.set_default_role(self.world, self.store.dbname, runtime=True)
+                self.default_role_set = True
         env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(runtime_user, proxied=proxied),
                "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
@@ -302,6 +307,8 @@ class CaseRun:
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+        if self.demotions:  # the runtime role taken from the login after a committed decision, before the reply
+            self.demotions[-1].at_barrier(self, impl, name, context)
         # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
         return self.cancel_plans[-1].at_barrier(self, impl, name, context) if self.cancel_plans else None
 
@@ -637,6 +644,9 @@ class CaseRun:
         if denial is not None:
             self.denied_pass(step, labels[0], request, denial)
             return
+        if step.args.get("demote_after_decision"):
+            self.demoted_pass(step, labels[0], request)
+            return
         cutoff = self.world.clock.now()
         model_limit = min(request["maximum_schedules"], request.get("cancel_after", 1 << 30)) * len(labels)
         if "cancel_at" in step.args:
@@ -732,6 +742,24 @@ class CaseRun:
                                    "changed": bridge_role.scoped_changes(before, after),
                                    "claims": bridge_role.claims(before, after), "denied_statements": refused,
                                    "faulted": not fired_before and self.injection is not None})
+
+    def demoted_pass(self, step: Step, label: str, request: dict) -> None:
+        """A pass whose copy's login loses the runtime role between its committed decision and its bridge (given
+        back however the pass ends); the model takes its decision, no bridge, and the lease the store shows left."""
+        demotion = bridge_role.Demotion(step.index + 1, label, self.store.dbname)
+        self.demotions.append(demotion)
+        demotion.start(self)
+        self.model.pass_(self.world.clock.now(), 1, bridges=False)
+        fired_before, response = self.injection is not None, None
+        self._expecting = demotion.armed = True  # an answer that may be a refusal: its window is not a clean pass's
+        try:
+            response = self._ask(self.impls[label], "process-due", request)
+        finally:
+            self._expecting = demotion.armed = False
+            demotion.end(self, response, faulted=not fired_before and self.injection is not None)
+        self._record(response, "process-due", label)
+        if demotion.after is not None:
+            self._leases_left(demotion.before, demotion.after)
 
     def _lease_generations(self) -> dict[str, int]:
         """Each dispatch row's lease generation, by Schedule ID: a claim moves it by one."""
@@ -1200,6 +1228,7 @@ class CaseRun:
                 outcome.measurements["restore-drills"] = drills
             checks += self._count_and_clock_checks(state)
             checks += bridge_role.judge(self.denied_passes)
+            checks += bridge_role.judge_demotions(self.demotions)
             checks += self.barrier_facts.checks()
             cancelled = keeps_committed(self.cancel_plans, faulted=self.plan.fault is not None)
             if cancelled is not None:
@@ -1266,6 +1295,11 @@ class CaseRun:
                 self.world.proxy.heal()
             if self.world.cluster is not None and not self.world.cluster.running:
                 self.world.cluster.restart()
+            if self.store is not None and self.default_role_set:
+                try:  # the store goes back to the pool without the login's default role
+                    bridge_role.set_default_role(self.world, self.store.dbname, runtime=False)
+                except Exception:  # noqa: BLE001 - only that login reads it, and a later case sets it again
+                    pass
             if self.store is not None:
                 store_pool(self.world, self.migrations).give_back(self.store)
         except Exception:  # noqa: BLE001 - teardown must not mask the verdict

@@ -66,9 +66,9 @@ class Timelines:
     def lease_left(self, *args) -> None:
         self._each("lease_left", *args)
 
-    def pass_(self, now: datetime, maximum: int = 64, first: list[str] = ()) -> None:
+    def pass_(self, now: datetime, maximum: int = 64, first: list[str] = (), bridges: bool = True) -> None:
         self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum)
-        self._each("pass_", now, maximum, frozenset(), first)
+        self._each("pass_", now, maximum, frozenset(), first, bridges)
 
     def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
         return self.primary.claimed(now, maximum)

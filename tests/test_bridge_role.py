@@ -320,3 +320,101 @@ def test_the_host_reads_on_the_server_whether_a_denial_holds(world):
                                   "'appsurface_durable_runtime', 'USAGE')").fetchone() == (bridge_role.MEMBER, True)
     finally:
         store.drop()
+
+
+# -- the runtime role taken away between a committed decision and its bridge ------------------------------------
+
+DEMOTED = ('[instances.B]\nruntime_login = "default-role"\n' + STEPS + '[[steps]]\nop = "advance"\nseconds = 31\n'
+           '[[steps]]\nop = "process"\nprocessor = "B"\n')
+
+
+def _demotion(changed_rows=None, reached=True, pending=True, not_in_effect=(), faulted=False, outcome="unknown"):
+    occurrence = {"schedule_id": "s", "state": "pending" if pending else "materialized"}
+    at_decision = _rows("leased", 1, 1, schedule_occurrences=[occurrence]) if reached else None
+    demotion = bridge_role.Demotion(3, "B", "db", not_in_effect=list(not_in_effect), at_decision=at_decision,
+                                    after=changed_rows or at_decision, context={"schedule_id": "s"} if reached else None,
+                                    outcome=outcome, faulted=faulted)
+    return demotion
+
+
+def test_a_default_role_login_runs_its_passes_until_a_step_takes_the_role_after_the_decision():
+    scenario = parse("x", DEMOTED + 'demote_after_decision = true\n[[steps]]\nop = "process"\nprocessor = "B"\n')
+    assert [pass_denial(scenario, s) for s in scenario.steps] == [None, None, None, None]
+    assert scenario.steps[2].args["demote_after_decision"] is True
+    from scenarios.steps import STEPS as KINDS
+    assert KINDS["process"].claims(scenario.steps[2]) == 1
+    for text, message in (
+            (DEMOTED.replace('runtime_login = "default-role"', 'runtime_login = "member"') +
+             'demote_after_decision = true\n', "demote_after_decision takes the runtime role from a login whose"),
+            (STEPS + '[[steps]]\nop = "process"\ndemote_after_decision = true\n', "run it on copy B"),
+            (DEMOTED + 'demote_after_decision = true\nmaximum_schedules = 2\n', "maximum_schedules must be 1"),
+            (DEMOTED + 'demote_after_decision = true\ncancel_after = 1\n', "it takes no cancel_after"),
+            (DEMOTED + 'demote_after_decision = false\n', "demote_after_decision takes true")):
+        with pytest.raises(ScenarioError, match=message):
+            parse("x", text)
+    [catalog] = [s for s in load_catalog() if s.name == "bridge-role-after-decision"]
+    assert catalog.fault_free and catalog.instances["B"].runtime_login == "default-role"
+
+
+def test_nothing_scoped_may_commit_once_the_role_was_taken_and_a_case_that_took_nothing_fails():
+    assert bridge_role.judge_demotions([]) == []
+    [check] = bridge_role.judge_demotions([_demotion()])
+    assert check.name == "bridge-role-proven-after-decision" and check.ok and check.rows == 1
+    assert check.rule.startswith(PROOF)
+    bridged = _rows("ready", 1, 2, due="later", work_items=[{"work_id": "w"}],
+                    schedule_occurrences=[{"schedule_id": "s", "state": "materialized"}])
+    [wrong] = bridge_role.judge_demotions([_demotion(changed_rows=bridged)]).pop().evidence
+    assert {"work_items", "schedule_occurrences", "schedule_dispatch"} <= set(wrong["committed_after_the_role_was_taken"])
+    for vacuous, why in ((_demotion(reached=False), "never reached schedule-decision-after-commit"),
+                         (_demotion(not_in_effect=["still the runtime role"]), "still the runtime role"),
+                         (_demotion(pending=False), "left no pending occurrence")):
+        [check] = bridge_role.judge_demotions([vacuous])
+        assert not check.ok and why in check.evidence[0]["tested_nothing"]
+    assert bridge_role.judge_demotions([_demotion(changed_rows=bridged, faulted=True)]) == []  # the fault's to judge
+
+
+def _run_demoted(world, tmp_path, command: str, scenario=None):
+    scenario = scenario or next(s for s in load_catalog() if s.name == "bridge-role-after-decision")
+    outcome = run_case(world, scenario, CasePlan(scenario.name), command, tmp_path)
+    return outcome, {c.name: c for c in outcome.checks}
+
+
+def _default_role_settings(world) -> int:
+    with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
+        return conn.execute("select count(*) from pg_db_role_setting s join pg_roles r on r.oid = s.setrole "
+                            "where r.rolname = %s", (bridge_role.DEFAULT_ROLE_LOGIN,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("impl", ["reference", "go"])
+def test_a_bridge_whose_role_was_taken_after_the_decision_commits_nothing(world, tmp_path, impl):
+    outcome, checks = _run_demoted(world, tmp_path, _command("reference.adapter") if impl == "reference" else GO)
+    assert outcome.verdict == "pass", outcome.reason
+    check = checks["bridge-role-proven-after-decision"]
+    assert check.ok and check.rows == 1
+    taken = [e for e in outcome.timeline if e["event"] == "runtime-role-taken"]
+    assert [(e["barrier"], e["now"]) for e in taken] == [("schedule-decision-after-commit",
+                                                          bridge_role.DEFAULT_ROLE_LOGIN)]
+    # Both retry the schedule on a new session and are refused by a proof of current_user (33m); with the role given
+    # back, B's next pass bridges the occurrence the refused pass's decision left.
+    assert _answers(outcome)[:2] == [("B", "unknown", False), ("B", "ok", None)]
+    assert checks["transaction-roles-at-barriers"].ok and checks["model-agreement"].ok
+    assert _default_role_settings(world) == 0  # the store went back to the pool without the login's default
+
+
+def test_a_bridge_on_its_own_unproven_session_is_caught(world, tmp_path):
+    outcome, checks = _run_demoted(world, tmp_path, _command("mutants bridge-own-session-unproven"))
+    assert outcome.verdict == "fail" and "bridge-role-proven-after-decision" in outcome.reason.split(", ")
+    [evidence] = checks["bridge-role-proven-after-decision"].evidence
+    assert {"schedule_occurrences", "work_items", "schedule_dispatch"} <= set(
+        evidence["committed_after_the_role_was_taken"])
+    assert evidence["outcome"] == "ok"
+
+
+def test_a_pass_that_never_reaches_its_decision_tested_nothing_and_fails(world, tmp_path):
+    # Nothing due: the pass claims nothing, and no decision commits for a bridge to follow.
+    scenario = parse("demoted-idle", "fault_free = true\n" + DEMOTED.replace("seconds = 31", "seconds = 1")
+                     + "demote_after_decision = true\n")
+    outcome, checks = _run_demoted(world, tmp_path, _command("reference.adapter"), scenario)
+    assert outcome.verdict == "fail" and outcome.reason == "bridge-role-proven-after-decision", outcome.reason
+    [vacuous] = checks["bridge-role-proven-after-decision"].evidence
+    assert "never reached schedule-decision-after-commit" in vacuous["tested_nothing"]

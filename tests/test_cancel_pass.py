@@ -131,6 +131,31 @@ def test_the_step_field_is_checked_before_anything_runs():
                                                              '"schedule-claim-after-commit" }\n'))
 
 
+def test_a_cancel_may_come_at_every_barrier_after_a_commit_of_a_pass_and_each_has_its_case_and_mutant():
+    from barriers.catalog import CANCEL_BARRIERS, CATALOG
+    from mutants.catalog import MUTANTS
+    from scenarios.steps import LEASE_CANCEL_BARRIERS
+    after_commit = [b.name for b in CATALOG if b.operation == "process-due" and b.position == "after-commit"]
+    assert list(CANCEL_BARRIERS) == after_commit and "schedule-link-after-commit" in after_commit
+    # explore draws a lease's own barriers: its programs do not promise that a lease bridges
+    assert LEASE_CANCEL_BARRIERS == ("schedule-claim-after-commit", "schedule-decision-after-commit")
+    [scenario] = [s for s in load_catalog() if s.name == "cancel-at-each-barrier"]
+    assert scenario.fault_free
+    cancelled = [s.args["cancel_at"]["barrier"] for s in scenario.steps if "cancel_at" in s.args]
+    assert cancelled == list(CANCEL_BARRIERS)
+    ignoring = {m.name: m for m in MUTANTS if m.name.startswith("cancel-pass-ignored-at-")}
+    assert len(ignoring) == len(CANCEL_BARRIERS)
+    for barrier in CANCEL_BARRIERS:
+        [mutant] = [m for m in ignoring.values() if f"!= {barrier!r}" in m.edits[0].new]
+        assert mutant.slice == ("cancel-at-each-barrier",)
+    link = parse("t", _scenario('maximum_schedules = 2\ncancel_at = { barrier = "schedule-link-after-commit" }\n'))
+    from scenarios.steps import STEPS
+    assert STEPS["process"].claims(link.steps[-1]) == 1
+    for before in (b.name for b in CATALOG if b.operation == "process-due" and b.position != "after-commit"):
+        with pytest.raises(ScenarioError, match="cancel_at.barrier must be one of"):
+            parse("t", _scenario(f'cancel_at = {{ barrier = "{before}" }}\n'))
+
+
 def test_a_fault_free_scenario_plans_no_faulted_case_and_says_why():
     scenario = parse("ff", _scenario("", "fault_free = true\n"))
     assert scenario.fault_free
@@ -176,6 +201,31 @@ def test_both_implementations_keep_the_decision_finish_the_lease_and_start_no_ot
     assert answers[0]["outcome"] == "ok" and answers[0]["value"]["claimed"] == 1
     assert answers[0]["value"]["materialized"] == 1
     assert checks["pass-bounded"].ok and checks["pass-leaves-no-lease"].ok
+
+
+@pytest.mark.parametrize("impl", ["reference", "go"])
+def test_a_pass_cancelled_at_each_barrier_after_a_commit_finishes_its_lease_and_starts_no_other(world, tmp_path, impl,
+                                                                                             request):
+    command = _python("reference.adapter") if impl == "reference" else request.getfixturevalue("go_built")
+    outcome, checks = _run(world, tmp_path, CasePlan("cancel-at-each-barrier"), command)
+    assert outcome.verdict == "pass", outcome.reason
+    cancels = [(e["barrier"], e["claims_before"]) for e in outcome.timeline if e["event"] == "cancel-pass"]
+    assert cancels == [("schedule-claim-after-commit", 1), ("schedule-decision-after-commit", 1),
+                       ("schedule-link-after-commit", 1)]
+    answers = [e for e in outcome.timeline if e["event"] == "response" and e["op"] == "process-due"]
+    # the three cancelled passes, then the final drain's: one lease each, bridged and released
+    assert [(a["outcome"], a["value"]["claimed"], a["value"]["materialized"]) for a in answers] == [("ok", 1, 1)] * 4
+    assert checks["pass-bounded"].ok and checks["pass-leaves-no-lease"].ok and checks["cancel-keeps-committed"].ok
+
+
+@pytest.mark.parametrize("barrier, step", [("claim", 6), ("decision", 7), ("link", 8)])
+def test_a_cancel_ignored_at_one_barrier_is_caught_in_that_barriers_pass(world, tmp_path, barrier, step):
+    mutant = f"cancel-pass-ignored-at-{barrier}"
+    outcome, checks = _run(world, tmp_path, CasePlan("cancel-at-each-barrier"), _python(f"mutants {mutant}"))
+    assert outcome.verdict == "fail" and "pass-bounded" in outcome.reason.split(", "), outcome.reason
+    [over] = checks["pass-bounded"].evidence
+    assert over["during"] == f"step {step} (process)" and (over["claims_committed"], over["allowed"]) == (2, 1)
+    assert BY_NAME[mutant].rule in checks["pass-bounded"].rule
 
 
 @pytest.mark.parametrize("mutant, check", [("cancel-compensates", "cancel-keeps-committed"),
