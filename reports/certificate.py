@@ -26,7 +26,7 @@ def statement(loaded: Loaded) -> dict:
     impl = report.get("implementation", {})
     return {"certificate_version": CERTIFICATE_VERSION, "certified": certified, "verdict": verdict,
             "suite_version": report.get("suite_version"),
-            "implementation": {k: impl.get(k) for k in ("identity", "command", "launcher", "migrations",
+            "implementation": {k: impl.get(k) for k in ("identity", "command", "code", "launcher", "migrations",
                                                          "migrations_sha256", "fallbacks", "fallback_note",
                                                          "clock_offset")
                                if k in impl},

@@ -100,6 +100,8 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
     _same(loaded, "suite versions", lambda r: r.get("suite_version"))
     _same(loaded, "implementations", lambda r: (r.get("implementation", {}).get("command"),
                                                 r.get("implementation", {}).get("identity")))
+    _same(loaded, "code (the implementation's executable, script or module digests)",
+          lambda r: {k: v for k, v in (r.get("implementation", {}).get("code") or {}).items() if k.endswith("_sha256")})
     _same(loaded, "migrations (the schema certified)",
           lambda r: r.get("implementation", {}).get("migrations_sha256"))
     _same(loaded, "implementation clock offsets (--impl-clock-offset)",

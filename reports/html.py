@@ -8,7 +8,7 @@ from html import escape
 from importlib import resources
 
 from . import matrix, timeline
-from .report import Loaded, clock_skew, outcome
+from .report import Loaded, clock_skew, outcome, which_code
 from .text import evidence_columns
 
 # Nothing may leave the page: no fetch, no image, no font, no frame (the page opens from disk, offline).
@@ -58,9 +58,10 @@ def _facts(rows: list[tuple[str, str]]) -> str:
 def _header(report: dict) -> str:
     ok, sentence = outcome(report)
     impl, run, env = report.get("implementation", {}), report.get("run", {}), report.get("environment", {})
-    facts = [("implementation", f"<b>{escape(str(impl.get('identity') or '?'))}</b>"),
-             ("command", f"<code>{escape(str(impl.get('command', '?')))}</code>"),
-             ("launcher", escape(str(impl.get("launcher", "?"))))]
+    facts = [("implementation", f"<b>{escape(str(impl.get('identity') or '?'))}</b>")]
+    # Which code ran, whole digests: the command, its working directory, executable, module origin, environment.
+    facts += [(label, f"<code>{escape(text)}</code>") for label, text in which_code(impl, digits=None)]
+    facts.append(("launcher", escape(str(impl.get("launcher", "?")))))
     if impl.get("fallback_note"):
         facts.append(("fallbacks", escape(impl["fallback_note"])))
     skew = clock_skew(report.get("cases", []))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import matrix
-from .report import Loaded, clock_skew, outcome
+from .report import Loaded, clock_skew, outcome, which_code
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
 
@@ -33,6 +33,9 @@ class Markdown:
                  f"`{_cell(impl.get('identity') or '?')}` (`{_cell(impl.get('command', '?'))}`), suite "
                  f"`{report.get('suite_version', '?')}`, {len(cases)} cases in {run.get('duration_s', '?')} s, "
                  f"started {run.get('started_at', '?')}", ""]
+        if impl.get("code"):  # which code ran: the command alone cannot tell
+            lines += ["Implementation: " + "; ".join(f"{label} `{_cell(text)}`" for label, text in which_code(impl)),
+                      ""]
         skew = clock_skew(cases)
         if skew["cases"]:
             lines += [f"OS clock skew: {_cell(skew['note'])}"

@@ -72,6 +72,45 @@ def clock_skew(cases: list[dict]) -> dict:
             "note": note}
 
 
+def _digest(value: str | None, digits: int | None) -> str:
+    return "not taken" if not value else value[:digits] if digits else value
+
+
+def which_code(implementation: dict, digits: int | None = 16) -> list[tuple[str, str]]:
+    """Which code ran, as every renderer shows it (label, text): the command, the working directory, the
+    executable and its SHA-256, the script an interpreter ran, where the module came from and its package's
+    digest, and the environment that changes which code runs (`implementation.code`; a report without it shows
+    the command alone). `digits` cuts each digest for a terminal (None: whole)."""
+    code = implementation.get("code") or {}
+    rows = [("command", str(implementation.get("command") or "?"))]
+    if not code:
+        return rows
+    rows.append(("cwd", str(code.get("cwd") or "?")))
+    via = f" (via {code['executable_via']})" if code.get("executable_via") else ""
+    rows.append(("executable", f"{code.get('executable') or 'not found'}{via}, sha256 "
+                               f"{_digest(code.get('executable_sha256'), digits)}"))
+    if code.get("script"):
+        rows.append(("script", f"{code['script']}, sha256 {_digest(code.get('script_sha256'), digits)}"))
+    if code.get("module"):
+        origin = code.get("module_origin") or code.get("module_error") or "not resolved"
+        rows.append(("module", f"{code['module']} from {origin}" + (
+            f", package sha256 {_digest(code['module_sha256'], digits)}" if code.get("module_sha256") else "")))
+    if code.get("environment"):
+        rows.append(("environment", " ".join(f"{k}={v}" for k, v in code["environment"].items())))
+    return rows
+
+
+def which_code_text(implementation: dict) -> list[str]:
+    """The block a terminal shows: `Implementation: IDENTITY (declares OPERATIONS)`, as its hello said (before
+    any hello: `Implementation:` alone), and which code ran."""
+    operations = implementation.get("operations") or []
+    head = "Implementation:" + (f" {implementation['identity']}" if implementation.get("identity") else "") + (
+        f" (declares {', '.join(operations)})" if operations else "")
+    rows = which_code(implementation)
+    width = max(len(label) for label, _ in rows)
+    return [head] + [f"  {label:{width}}  {text}" for label, text in rows]
+
+
 def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version, "implementation": implementation,
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}

@@ -35,12 +35,12 @@ from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
 from scenarios.model import Scenario, load_catalog
 
-from . import implementation, shard
+from . import implementation, provenance, shard
 from .errors import TestHostError
 from .faults import FAULTS
 from .forkserver import module_command
 from .implementation import LAUNCHERS, set_launcher
-from .runner import REFERENCE_COMMAND, CaseOutcome, CasePlan, run_case
+from .runner import REFERENCE_COMMAND, REFERENCE_ROOT, CaseOutcome, CasePlan, run_case
 
 SUITE = "crashproof-barrier-suite-1"
 SCHEMA_STAGE_ID = "schema-stage"  # the id of the schema stage's case (testhost/schema_stage.py CASE_ID)
@@ -96,13 +96,14 @@ def _worker_init(mode: dict) -> None:
 
 def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
                 migrations: str | None = None, clock_offset_s: int | None = None,
-                instance_commands: bool = True) -> dict:
+                instance_commands: bool = True, impl_cwd: str | None = None) -> dict:
     if plan.scenario == SCHEMA_VERSION_ID:
         from .schema_version import run_schema_version
         return {"case": run_schema_version(_world, command, Path(log_dir)), "baseline": None, "implementation": ""}
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None,
-                       timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands)
+                       timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands,
+                       impl_cwd)
     return {"case": outcome.to_json(), "baseline": outcome.baseline, "implementation": outcome.implementation}
 
 
@@ -113,13 +114,15 @@ def _worker_schema_stage(migrations: str) -> dict:
 
 def _case_worker(options: "Options"):
     """The worker running one case, on the implementation's own schema when it ships one, with the OS clock skew
-    of --impl-clock-offset; the reference's census beside another --impl runs no instance's own command."""
-    if options.migrations is None and options.impl_clock_offset is None and options.instance_commands:
+    of --impl-clock-offset; the reference's census beside another --impl runs no instance's own command, and starts
+    the reference beside the harness's own package."""
+    if (options.migrations is None and options.impl_clock_offset is None and options.instance_commands
+            and options.impl_cwd is None):
         return _worker_run
     offset = options.impl_clock_offset
     return partial(_worker_run, migrations=str(options.migrations) if options.migrations else None,
                    clock_offset_s=int(offset.total_seconds()) if offset is not None else None,
-                   instance_commands=options.instance_commands)
+                   instance_commands=options.instance_commands, impl_cwd=options.impl_cwd)
 
 
 def _worker_environment() -> dict:
@@ -156,6 +159,7 @@ class Options:
     shard: tuple[int, int] | None = None  # (I, N): run only the I-th of N slices (testhost/shard.py)
     impl_clock_offset: timedelta | None = None  # every implementation process's OS clock skewed by this much
     instance_commands: bool = True  # a scenario's [instances.X] command replaces `command` for that instance
+    impl_cwd: str | None = None  # where the implementation starts (None: this process's working directory)
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -549,6 +553,25 @@ def declared_operations(results: list[dict]) -> set[str] | None:
     return None
 
 
+def reference_census(command: str, code: dict, env: dict[str, str] | None = None) -> dict:
+    """Whether the reference's own census runs beside this --impl's, for `barrier-coverage`: always, unless the
+    --impl is the reference's command AND runs the very code the harness's own reference is (the same executable,
+    module origin and digests, under the same environment), resolved and not compared as strings: the same
+    command line started from another folder or with another PYTHONPATH may run a copy. The reference's census
+    starts the reference in REFERENCE_ROOT, beside the harness's own package."""
+    reference = provenance.resolve(REFERENCE_COMMAND, cwd=REFERENCE_ROOT, env=env)
+    if command == REFERENCE_COMMAND and provenance.same_code(code, reference):
+        return {"separate": False, "why": "the implementation runs the harness's own reference (the same executable, "
+                                          "module origin and digests): its census is the reference's"}
+    if command == REFERENCE_COMMAND:
+        differs = provenance.differences(reference, code, "the reference's")
+        why = ("the reference's command, running other code than the harness's reference: " + "; ".join(differs)
+               if differs else "the reference's command, whose code could not be resolved and digested")
+    else:
+        why = "another command than the reference's"
+    return {"separate": True, "why": why, "code": reference}
+
+
 def _require_reference_barriers(case: dict, reference_hits: dict[str, int]) -> None:
     """A barrier the reference reaches in a scenario must be reached by the implementation too, when it sits in
     an operation the implementation offers: a planned barrier that never fires would leave its faults untested.
@@ -651,6 +674,14 @@ def certify(options: Options) -> tuple[int, dict]:
     if options.migrations is not None:
         from .schema_stage import migrations_digest
         migrations_sha256 = migrations_digest(options.migrations)
+    code = provenance.resolve(options.command)  # which code runs: once per run, where the workers start it
+    census_of_reference = reference_census(options.command, code)
+    if census_of_reference["separate"] and options.command == REFERENCE_COMMAND:
+        options.progress(f"--impl is {census_of_reference['why']}; the reference's own census runs beside it")
+    replays = provenance.replay_notes(scenarios, options.command, code)  # finds explore made with other code
+    for note in replays:
+        options.progress(f"note: {note['scenario']} was found by explore with this --impl running other code: "
+                         f"{'; '.join(note['differences'])}")
     report_dir = options.report_dir.absolute()
     log_dir = report_dir / "logs"
     shutil.rmtree(log_dir, ignore_errors=True)  # the logs of an earlier run in this folder: its report goes too
@@ -679,9 +710,9 @@ def certify(options: Options) -> tuple[int, dict]:
                 raise RunStopped(why=f"--fail-fast: {stage[0]['id']} ended {stage[0]['verdict']}")
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)
-            if options.command != REFERENCE_COMMAND:
+            if census_of_reference["separate"]:
                 reference = Options(**{**options.__dict__, "command": REFERENCE_COMMAND, "fail_fast": False,
-                                       "migrations": None, "instance_commands": False})
+                                       "migrations": None, "instance_commands": False, "impl_cwd": REFERENCE_ROOT})
                 _, reference_hits, _, _ = _census(reference, scenarios, pool, log_dir / "reference", signals=signals,
                                              stage=False)
                 for result in census_results:
@@ -757,7 +788,8 @@ def certify(options: Options) -> tuple[int, dict]:
                          or ["built-in"]},
            **({"empty_slice": True} if empty_slice else {}),
            "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": os.path.relpath(log_dir,
-                                                                                                         report_dir)}
+                                                                                                         report_dir),
+           "reference_census": census_of_reference, **({"replayed_with_other_code": replays} if replays else {})}
     if stopped is not None:
         run["stopped_by"] = signal.Signals(stopped.signum).name if stopped.signum else stopped.why
         if not planned_faulted:
@@ -767,7 +799,7 @@ def certify(options: Options) -> tuple[int, dict]:
         suite_version=suite_version(scenarios),
         implementation={"command": options.command, "migrations": str(options.migrations or "") or None,
                         "migrations_sha256": migrations_sha256,
-                        "identity": identity, "launcher": launched,
+                        "identity": identity, "code": code, "launcher": launched,
                         "clock_offset": format_offset(options.impl_clock_offset) if options.impl_clock_offset else None,
                         "clock_skew": reports.clock_skew(cases),
                         "operations": sorted(offered or []), **reports.fallbacks(cases, fallback_barriers)},
@@ -789,6 +821,7 @@ def certify(options: Options) -> tuple[int, dict]:
               f"{summary['cases']} cases; partial report: {path}", flush=True)
     print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
           f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
+    print("\n".join(reports.which_code_text(report["implementation"])))
     for problem in run_problems:
         print(f"run problem: {problem}")
     skew = report["implementation"]["clock_skew"]

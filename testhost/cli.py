@@ -207,7 +207,7 @@ def cmd_explore(args) -> int:
         raise TestHostError("--hostile must be 0 (no hostile phase) or more")
     if args.replay_hostile:
         from .hostile import replay
-        return replay(Path(args.replay_hostile), args.impl or Options.command)
+        return replay(Path(args.replay_hostile), args.impl)  # the file's own --impl unless one is given
     worlds = _world_options(args)
     _require_engine(args)
     code, _ = explore(Options(command=args.impl or Options.command, profile=args.profile, seed=args.seed,
@@ -445,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     exploring.add_argument("--report-dir", default="explore-report", help="where report.json and logs/ go")
     exploring.add_argument("--hostile", type=int, help="hostile calls in all, instead of the profile's (0: none)")
     exploring.add_argument("--replay-hostile", metavar="FILE", help="send the hostile call a failed explore wrote "
-                           "(hostile-*.json) to --impl again, judge it, and exit 0 when it is refused as it must be")
+                           "(hostile-*.json) to --impl (default: the file's own) again, judge it, and exit 0 when it "
+                           "is refused as it must be")
     exploring.add_argument("--catalog", action="append", help=argparse.SUPPRESS)
     exploring.add_argument("--with-builtin", action="store_true", help=argparse.SUPPRESS)
     _world_arguments(exploring)

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import queue as queues
 import random
+import shlex
 import shutil
 import sys
 import threading
@@ -23,7 +24,7 @@ from typing import Callable
 
 from reports import report as reports
 
-from . import certify
+from . import certify, provenance
 from .errors import TestHostError
 from .explore_search import PROFILES, Profile, Search, Stats
 from .runner import REFERENCE_COMMAND
@@ -98,17 +99,25 @@ def _hostile_store(job: dict) -> dict | None:
     return run_schema_version(certify._world, job["command"], Path(job["log_dir"]))
 
 
-def store_finding(case: dict, out: Path, options: Options) -> dict | None:
+def replay_line(code: dict, *words: str) -> str:
+    """The command that replays a find as it was found: in the working directory the implementation ran in (where
+    a relative --impl, `python -m`'s module and the find's own paths resolve as they did)."""
+    return f"cd {shlex.quote(code['cwd'])} && {shlex.join(words)}"
+
+
+def store_finding(case: dict, out: Path, options: Options, code: dict | None = None) -> dict | None:
     """A hostile store the implementation did not refuse as it must, written beside the other finds (None when
-    it was refused)."""
+    it was refused), with which code ran (`code`, resolved here when not given)."""
     if case is None or case["verdict"] == "pass":
         return None
+    code = code or provenance.resolve(options.command)
     failed = [c for c in case["checks"] if not c["ok"]]
     check = failed[0] if failed else {"name": case["id"], "rule": case["reason"], "evidence": []}
-    replay = f"crashproof certify --scenario {case['id']} --impl {options.command}"
+    replay = replay_line(code, "crashproof", "certify", "--scenario", case["id"], "--impl", options.command)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"hostile-store-{case['id']}.json"
-    path.write_text(json.dumps({"case": case, "replay": replay, "impl": options.command}, indent=1) + "\n")
+    path.write_text(json.dumps({"case": case, "replay": replay, "impl": options.command, "code": code},
+                               indent=1) + "\n")
     return {"op": "process-due", "field": "store", "why": "a store migrated only to 0003 (no migration 0004)",
             "check": check["name"], "rule": check["rule"], "file": str(path), "replay": replay,
             "wrong": [_wrong_answer(e) for e in check.get("evidence", [])] or [case["reason"]]}
@@ -160,14 +169,16 @@ def hostile_share(options: Options, profile: Profile, index: int) -> int:
     return total_calls // options.jobs + (1 if index < total_calls % options.jobs else 0)
 
 
-def write_hostile(out: Path, failure: dict, seed: int, options: Options) -> Path:
-    """The call that was not refused, whole, with the exact request line and what came back."""
+def write_hostile(out: Path, failure: dict, seed: int, options: Options, code: dict | None = None) -> Path:
+    """The call that was not refused, whole, with the exact request line, what came back and which code ran."""
+    code = code or provenance.resolve(options.command)
     out.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(failure["request"].encode()).hexdigest()[:10]
     path = out / f"hostile-{failure['input']['op']}-{digest}.json"
-    replay = f"crashproof explore --replay-hostile {path} --impl {options.command}"
+    replay = replay_line(code, "crashproof", "explore", "--replay-hostile", str(path.absolute()), "--impl",
+                         options.command)
     path.write_text(json.dumps({**failure, "seed": seed, "profile": options.profile, "impl": options.command,
-                                "replay": replay}, indent=1) + "\n")
+                                "code": code, "replay": replay}, indent=1) + "\n")
     return path
 
 
@@ -183,21 +194,25 @@ def reproduced_line(replayed: dict | None) -> str:
 
 
 def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: str | None,
-                  stats: dict) -> tuple[Path, str]:
-    """The shrunk program as a scenario file (its case id in a comment) and as the program that drew it."""
+                  stats: dict, code: dict | None = None) -> tuple[Path, str]:
+    """The shrunk program as a scenario file (its case id, which code ran and the replay in comments) and as the
+    program that drew it."""
+    code = code or provenance.resolve(options.command)
     case = failure["case"]
     failed = ", ".join(f"{c['name']} ({c['rule']})" for c in failure["checks"]) or case["reason"]
-    replay = f"crashproof certify --catalog {out} --case {case['id']}"
+    replay = replay_line(code, "crashproof", "certify", "--catalog", str(out.absolute()), "--case", case["id"],
+                         "--impl", options.command)
     text = scenario_toml(failure["steps"], f"Found by crashproof explore: {', '.join(c['name'] for c in failure['checks']) or case['verdict']}.",
                          (f"case = {case['id']}", f"found by: crashproof explore --profile {options.profile} "
-                          f"--seed {seed} --impl {options.command}", f"failed: {failed}", f"replay: {replay}",
-                          reproduced_line(failure.get("replayed"))),
+                          f"--seed {seed} --impl {shlex.quote(options.command)}", f"failed: {failed}",
+                          f"replay: {replay}", reproduced_line(failure.get("replayed")),
+                          provenance.code_comment(options.command, code)),
                          failure.get("header"))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{failure['name']}.toml"
     path.write_text(text)
     program = {"case": case["id"], "scenario": failure["name"], "seed": seed, "profile": options.profile,
-               "impl": options.command, "steps": failure["steps"], "header": failure.get("header") or {}, "plan": {k: case[k] for k in ("barrier", "fault",
+               "impl": options.command, "code": code, "steps": failure["steps"], "header": failure.get("header") or {}, "plan": {k: case[k] for k in ("barrier", "fault",
                                                                                                   "hit")},
                "failed_checks": failure["checks"], "hypothesis": blob, "replayed": failure.get("replayed"),
                "steps_to_failure": stats.get("steps_to_failure"), "examples_to_failure": stats.get("examples_to_failure")}
@@ -217,6 +232,7 @@ def explore(options: Options) -> tuple[int, dict]:
     seed = options.seed if options.seed is not None else (random.randrange(1 << 31) if profile.random_seed else 0)
     per_job, duration = _budget(options, profile)
     certify.preflight(certify.Options(command=options.command, report_dir=options.report_dir))
+    code = provenance.resolve(options.command)  # which code runs, once: the report and every find record it
     report_dir = options.report_dir.absolute()
     log_dir = report_dir / "logs"
     shutil.rmtree(log_dir, ignore_errors=True)
@@ -289,7 +305,7 @@ def explore(options: Options) -> tuple[int, dict]:
     for result in results:
         if result["failure"] is not None:
             path, replay = write_failure(options.out, result["failure"], result["seed"], options, result["blob"],
-                                         result["stats"])
+                                         result["stats"], code)
             found.append({"case": result["failure"]["case"]["id"], "file": str(path), "replay": replay,
                           "checks": result["failure"]["checks"], "steps": len(result["failure"]["steps"]),
                           "replayed": result["failure"].get("replayed"),
@@ -299,12 +315,13 @@ def explore(options: Options) -> tuple[int, dict]:
     for result in results:
         failure = result["hostile"]["failure"]
         if failure is not None:
-            path = write_hostile(options.out, failure, result["seed"], options)
+            path = write_hostile(options.out, failure, result["seed"], options, code)
             hostile_found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
                                   "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
                                   "wrong": failure["wrong"], "file": str(path)})
     stores = [r["hostile"]["store"] for r in results if r["hostile"].get("store") is not None]
-    hostile_found += [f for f in (store_finding(case, options.out, options) for case in stores) if f is not None]
+    hostile_found += [f for f in (store_finding(case, options.out, options, code) for case in stores)
+                      if f is not None]
     hostile = {"inputs": sum(r["hostile"]["inputs"] for r in results),
                "failures": sum(r["hostile"]["failures"] for r in results),
                "shrinks": sum(r["hostile"]["shrinks"] for r in results),
@@ -330,7 +347,8 @@ def explore(options: Options) -> tuple[int, dict]:
                        "hostile": hostile},
            "skipped": [], "problems": [], "logs": os.path.relpath(log_dir, report_dir)}
     report = reports.build(suite_version=f"{certify.SUITE}+explore", implementation={
-        "command": options.command, "migrations": str(options.migrations) if options.migrations else None,
+        "command": options.command, "code": code,
+        "migrations": str(options.migrations) if options.migrations else None,
         "operations": sorted({op for c in unique for op in c.get("operations", [])})},
         environment={"jobs": options.jobs, "cpus": os.cpu_count()}, run=run, cases=sorted(unique, key=lambda c: c["id"]))
     report["partial"] = False
@@ -347,6 +365,7 @@ def explore(options: Options) -> tuple[int, dict]:
         print(f"found a hostile {item['op']} call not refused as it must be ({item['field']}: {item['why']}): "
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
               f"{item['file']}" + (f"\n  replay: {item['replay']}" if "replay" in item else ""))
+    print("\n".join(reports.which_code_text(report["implementation"])))
     print(f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted cases in "
           f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
           f"{rate['faulted_per_s']} faulted/s); {hostile['inputs']} hostile calls in {hostile['seconds']:.0f}s; "

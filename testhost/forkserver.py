@@ -225,8 +225,9 @@ class ForkServer:
     """One server per TestHost process and preload list, started on first use."""
 
     def __init__(self, preload: tuple[str, ...], *, ready_timeout: float = 60.0, answer_timeout: float = 10.0,
-                 environment: dict[str, str] | None = None):
+                 environment: dict[str, str] | None = None, cwd: str | None = None):
         self.preload = preload
+        self.cwd = cwd or os.getcwd()
         self.answer_timeout = answer_timeout
         self._lock = threading.Lock()
         self._children: dict[int, ForkedProcess] = {}
@@ -238,7 +239,7 @@ class ForkServer:
         # (sent to the TestHost's process group) away from it: the TestHost ends it and its children itself.
         self._process = subprocess.Popen(
             [sys.executable, "-m", "testhost.forkserver", str(theirs.fileno()), *preload],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=os.getcwd(),
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=self.cwd,
             start_new_session=True, env={**os.environ, **environment} if environment else None)
         theirs.close()
         self._control = ours
@@ -286,7 +287,7 @@ class ForkServer:
         stdout_r, stdout_w = os.pipe()
         try:
             with self._lock:
-                request = {"module": module, "args": args, "env": env, "cwd": os.getcwd()}
+                request = {"module": module, "args": args, "env": env, "cwd": self.cwd}
                 fds = array.array("i", [stdin_r, stdout_w, stderr])
                 with self._replied:
                     self._reply.clear()
@@ -342,17 +343,20 @@ def module_command(argv: list[str]) -> tuple[str, list[str]] | None:
     return (argv[2], argv[3:]) if same else None
 
 
-def server(preload: tuple[str, ...], environment: dict[str, str] | None = None) -> ForkServer:
+def server(preload: tuple[str, ...], environment: dict[str, str] | None = None,
+           cwd: str | None = None) -> ForkServer:
     """This process's fork server for `preload` (one per process: a pool worker never shares its parent's).
 
     `environment` is what the server itself must be started with because a fork cannot add it later: a
     skewed clock's LD_PRELOAD and FAKETIME (testhost/skew.py). Each such environment has a server of its own,
-    whose children inherit libfaketime already loaded."""
-    key = (os.getpid(), preload, tuple(sorted((environment or {}).items())))
+    whose children inherit libfaketime already loaded. So has each working directory (`cwd`, default this
+    process's): the server imports its preload there, and its children start there."""
+    cwd = cwd or os.getcwd()
+    key = (os.getpid(), preload, tuple(sorted((environment or {}).items())), cwd)
     with _servers_lock:
         found = _servers.get(key)
         if found is None or not found.alive:
-            found = _servers[key] = ForkServer(preload, environment=environment)
+            found = _servers[key] = ForkServer(preload, environment=environment, cwd=cwd)
         return found
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -357,13 +358,23 @@ class HostileSearch:
         return _short(self.failure) if self.failure else {}
 
 
-def replay(path: Path, command: str) -> int:
-    """A written hostile call sent again in a world of its own: 0 when refused as it must be, 1 when not."""
+def replay(path: Path, command: str | None = None) -> int:
+    """A written hostile call sent again in a world of its own: 0 when refused as it must be, 1 when not. The
+    command is the file's own unless another is given; when it is the file's and runs other code than the code
+    the file recorded (another folder, an edit since), a note on standard error says what differs."""
     from scenarios.hostile import Hostile
 
+    from . import provenance
+    from .runner import REFERENCE_COMMAND
     from .world import World
 
     written = json.loads(path.read_text())
+    command = command or written.get("impl") or REFERENCE_COMMAND
+    if written.get("code") and written.get("impl") == command:
+        differs = provenance.differences(written["code"], provenance.resolve(command))
+        if differs:
+            print(f"note: {path} was found with this --impl running other code: {'; '.join(differs)}",
+                  file=sys.stderr, flush=True)
     hostile = Hostile(**{k: tuple(v) if k == "problems" else v for k, v in written["input"].items()})
     with World("hostile-replay") as world:
         run = HostileRun(world, command, path.parent / "replay-logs")

@@ -145,6 +145,7 @@ class Implementation:
     # What the fork server itself must start with (a skewed clock's LD_PRELOAD and FAKETIME): a fork cannot add a
     # preload, so such a start forks from a server of its own that has it (testhost/forkserver.py).
     server_environment: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # the working directory it starts in (None: this process's)
     started_utc: datetime | None = None  # the host's clock right before the start, and when the hello came
     hello_utc: datetime | None = None
     killed_by_host: bool = False  # the host ended it (a kill fault or a clean-up), so its death is no finding
@@ -168,14 +169,14 @@ class Implementation:
             if launcher_for(self.command) == "fork-server":
                 try:
                     module, args = forkserver.module_command(argv)
-                    self._process = forkserver.server(preload_for(module), self.server_environment or None).start(
-                        module, args, env, log.fileno())
+                    self._process = forkserver.server(preload_for(module), self.server_environment or None,
+                                                      self.cwd).start(module, args, env, log.fileno())
                     self.launched_by = "fork-server"
                 except forkserver.ForkServerError:
                     self._process = None  # spawned below, like any other command
             if self._process is None:
                 self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                                 env=env, start_new_session=True)
+                                                 env=env, start_new_session=True, cwd=self.cwd)
                 self.launched_by = "spawn"
         except OSError as exc:
             raise AdapterProtocolError(f"cannot start {self.command!r}: {exc.strerror or exc}") from exc

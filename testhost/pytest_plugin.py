@@ -50,6 +50,17 @@ def pytest_configure(config):
         _clock_offset(config)  # refused before the census starts a world
 
 
+def pytest_report_header(config):
+    """Which code the cases run (the same block certify prints): resolved once, where this run starts it."""
+    if not config.getoption("crashproof", False):
+        return None
+    from reports.report import which_code_text
+
+    from .provenance import resolve
+    command = config.getoption("crashproof_impl")
+    return which_code_text({"command": command, "code": resolve(command)})
+
+
 def _item_name(plan: CasePlan) -> str:
     inner = "fault-free" if plan.fault is None else f"{plan.barrier}-{plan.fault}-{plan.hit}"
     return f"{plan.scenario}[{inner}{'' if plan.repeat == 1 else f'-{plan.repeat}'}]"

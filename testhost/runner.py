@@ -54,6 +54,10 @@ MAX_DRAIN_PASSES = 20
 # partition of the month the clock stands in already exists.
 PARTITION_MARGIN = timedelta(minutes=5)
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
+# The folder holding the harness's own `reference` package, beside `testhost`: the reference's census beside another
+# --impl starts REFERENCE_COMMAND there, so it runs that package whatever the run's working directory or
+# PYTHONPATH hold (`python -m` looks in the working directory first).
+REFERENCE_ROOT = str(Path(__file__).resolve().parent.parent)
 # A fallback retries like any client; its attempts are spaced so a restarted server has time to accept.
 FALLBACK_ATTEMPTS = 5
 FALLBACK_PAUSE_S = 0.3
@@ -157,8 +161,10 @@ class CaseRun:
     """Everything one case needs while it runs; faults call back into it (advance, drain, start)."""
 
     def __init__(self, world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
-                 migrations: Path | None = None, clock_offset: timedelta | None = None, instance_commands: bool = True):
+                 migrations: Path | None = None, clock_offset: timedelta | None = None, instance_commands: bool = True,
+                 cwd: str | None = None):
         self.world, self.scenario, self.plan, self.command = world, scenario, plan, command
+        self.cwd = cwd  # where every instance starts (None: this process's working directory)
         self.clock_offset = clock_offset  # --impl-clock-offset: every instance's OS clock, unless it sets its own
         self.instance_commands = instance_commands  # False in the reference's census beside another --impl
         self.clock_skew: dict[str, dict] = {}  # instance -> how its skew was verified (testhost/skew.py)
@@ -262,7 +268,8 @@ class CaseRun:
         command, extra, offset = instance_setup(self.scenario.instances.get(label), self.command, self.clock_offset,
                                                 self.instance_commands)
         impl = Implementation(command, {**env, **extra}, self.on_barrier, self.logs[label], label=label,
-                              server_environment=skew.server_environment(extra) if offset is not None else {})
+                              server_environment=skew.server_environment(extra) if offset is not None else {},
+                              cwd=self.cwd)
         self.started.append(impl)
         try:
             impl.start()
@@ -1355,6 +1362,6 @@ def protocol_json(value: Any) -> Any:
 
 def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log_dir: Path,
              baseline: dict | None = None, migrations: Path | None = None, clock_offset: timedelta | None = None,
-             instance_commands: bool = True) -> CaseOutcome:
+             instance_commands: bool = True, cwd: str | None = None) -> CaseOutcome:
     return CaseRun(world, scenario, plan, command, log_dir, migrations, clock_offset,
-                   instance_commands).execute(baseline)
+                   instance_commands, cwd).execute(baseline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -305,8 +306,11 @@ def test_a_hostile_store_not_refused_is_written_with_each_wrong_thing_on_a_line(
     found = store_finding(case, tmp_path, options)
     assert found["wrong"][0] == "process-due answered fail, retriable: True, 'not ready'"
     assert json.loads(found["wrong"][1]) == evidence[1]
-    assert json.loads(Path(found["file"]).read_text())["replay"] == \
-        "crashproof certify --scenario schema-version --impl ./impl"
+    written = json.loads(Path(found["file"]).read_text())
+    # It replays where it was found (a relative --impl resolves there), and says which code that was.
+    assert written["code"]["cwd"] == os.path.realpath(os.getcwd()) and written["code"]["executable"] is None
+    assert written["replay"] == found["replay"] == \
+        f"cd {shlex.quote(written['code']['cwd'])} && crashproof certify --scenario schema-version --impl ./impl"
 
 
 @given(st.text())
@@ -353,6 +357,7 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
     assert ran["examples"] >= 12 and ran["steps"] > ran["examples"]
     assert report["summary"]["cases"] == len(report["cases"]) and report["summary"]["failed"] == 0
     assert lines[-1].startswith(f"explore: {ran['examples']} examples")
+    assert report["implementation"]["code"]["module_origin"].endswith("/reference/adapter.py")
     assert not (tmp_path / "found").exists()
     # The hostile store (a store migrated only to 0003) was refused, once, and is a case of the report.
     assert ran["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
@@ -419,7 +424,33 @@ def test_a_store_without_the_schedule_migration_taken_for_a_transient_failure_is
     assert any("retriable" in line for line in found[0]["wrong"]), found[0]["wrong"]
     written = json.loads(Path(found[0]["file"]).read_text())
     assert written["case"]["verdict"] == "fail"
-    assert written["replay"] == f"crashproof certify --scenario schema-version --impl {mutant.command}"
+    assert written["replay"] == (f"cd {shlex.quote(report['implementation']['code']['cwd'])} && crashproof certify "
+                                 f"--scenario schema-version --impl {shlex.quote(mutant.command)}")
+    assert written["code"] == report["implementation"]["code"] and written["code"]["module"] == "mutants"
+
+
+@pytest.mark.world
+def test_certify_says_when_a_find_replays_with_other_code_than_found_it(tmp_path):
+    """A find's file records the code that found it; certify, replaying it with that --impl, names what differs
+    (here its package digest, as after an edit) on standard error and in the report, and judges as ever."""
+    from testhost import provenance
+    from testhost.certify import Options as CertifyOptions, certify
+
+    code = provenance.resolve(REFERENCE_COMMAND)
+    found_with = dict(code, module_sha256="0" * 64)
+    source = next(s for s in load_catalog() if s.name == "at-single").source
+    catalog = tmp_path / "found"
+    catalog.mkdir()
+    (catalog / "found-elsewhere.toml").write_text(f"# {provenance.code_comment(REFERENCE_COMMAND, found_with)}\n"
+                                                  + source)
+    lines: list[str] = []
+    exit_code, report = certify(CertifyOptions(catalog=[catalog], cases=["found-elsewhere"], jobs=1,
+                                               report_dir=tmp_path / "report", progress=lines.append))
+    assert exit_code == 0 and report["cases"][0]["verdict"] == "pass"  # judged as ever
+    said = f"module_sha256 {code['module_sha256'][:16]} (recorded: {'0' * 16})"
+    assert any(line.startswith("note: found-elsewhere was found by explore with this --impl running other code: ")
+               and said in line for line in lines), lines
+    assert report["run"]["replayed_with_other_code"] == [{"scenario": "found-elsewhere", "differences": [said]}]
 
 
 @pytest.mark.world

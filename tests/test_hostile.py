@@ -232,7 +232,7 @@ def test_a_fallback_that_raises_is_a_finding_not_a_harness_error(world, tmp_path
     assert search.failure is not None and "raised KeyError" in search.failure["wrong"][-1]
 
 
-def test_explore_writes_a_hostile_failure_with_its_request_and_replays_it(tmp_path):
+def test_explore_writes_a_hostile_failure_with_its_request_and_replays_it(tmp_path, capsys):
     mutant = BY_NAME["target-format-characters-stored"]
     out, report_dir = tmp_path / "found", tmp_path / "report"
     code, report = explore(Options(command=mutant.command, max_examples=1, hostile=150, out=out,
@@ -241,10 +241,20 @@ def test_explore_writes_a_hostile_failure_with_its_request_and_replays_it(tmp_pa
     hostile = report["run"]["explore"]["hostile"]
     assert hostile["inputs"] >= 1 and hostile["failures"] == 1 and hostile["found"][0]["field"] == "spec.target.command"
     written = json.loads(Path(hostile["found"][0]["file"]).read_text())
-    assert json.loads(written["request"])["op"] == written["input"]["op"] and written["replay"].startswith(
-        "crashproof explore --replay-hostile")
-    assert replay(Path(hostile["found"][0]["file"]), mutant.command) == 1
-    assert replay(Path(hostile["found"][0]["file"]), REFERENCE_COMMAND) == 0
+    path = Path(hostile["found"][0]["file"])
+    assert json.loads(written["request"])["op"] == written["input"]["op"]
+    # It replays where it was found, with its own --impl, and records which code that was.
+    assert written["replay"] == (f"cd {shlex.quote(written['code']['cwd'])} && crashproof explore --replay-hostile "
+                                 f"{path.absolute()} --impl {shlex.quote(mutant.command)}")
+    assert written["code"] == report["implementation"]["code"] and written["code"]["module"] == "mutants"
+    assert replay(path) == 1  # the file's own --impl
+    assert "running other code" not in capsys.readouterr().err
+    assert replay(path, REFERENCE_COMMAND) == 0
+    # The same --impl running other code (here: after an edit of its package) is named on standard error.
+    path.write_text(json.dumps(dict(written, code=dict(written["code"], module_sha256="0" * 64))))
+    assert replay(path, mutant.command) == 1
+    note = capsys.readouterr().err
+    assert f"note: {path} was found with this --impl running other code: module_sha256 " in note
 
 
 def test_a_negative_hostile_budget_is_a_one_line_usage_error(tmp_path):

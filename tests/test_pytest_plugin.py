@@ -45,6 +45,10 @@ def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
               "at-single", "--crashproof-barrier", "schedule-decision-after-commit", "--crashproof-fault", "kill"]
     first = _pytest(tmp_path, *mutant, "--junitxml", "junit.xml")
     assert first.returncode == 1, first.stdout + first.stderr
+    # The header says which code the cases run: the folder they start in and where the module comes from.
+    assert "Implementation:" in first.stdout and re.search(rf"\n  cwd +{re.escape(str(tmp_path.resolve()))}\n",
+                                                           first.stdout)
+    assert re.search(r"module +mutants from \S+/mutants/__main__\.py, package sha256 [0-9a-f]{16}", first.stdout)
     assert "instant-decided-once (rule: It writes the occurrence disposition" in first.stdout
     # the barrier facts catch this mutant in its fault-free run too (decision-commits-together)
     assert "2 failed" in first.stdout and "decision-commits-together (rule: It writes the occurrence" in first.stdout

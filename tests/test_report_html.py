@@ -33,6 +33,11 @@ def test_the_page_shows_the_verdict_and_a_failing_cells_timeline_and_evidence_wi
         for fact in (report["implementation"]["command"], report["suite_version"], report["run"]["started_at"],
                      "Fault model", "at-single"):
             assert fact in header
+        # Which code ran: the folder it started in, the executable and its whole digest, where the module came from.
+        code = report["implementation"]["code"]
+        facts = browser.find_element(By.CSS_SELECTOR, "table.facts").text
+        assert f"cwd {code['cwd']}" in facts and code["executable_sha256"] in facts
+        assert f"mutants from {code['module_origin']}" in facts and code["module_sha256"] in facts
         failing = browser.find_elements(By.CSS_SELECTOR, "table.matrix td.v-fail a")
         passing = browser.find_elements(By.CSS_SELECTOR, "table.matrix td.v-pass a")
         assert len(failing) == report["summary"]["failed"] and len(passing) == 1  # one case per cell here

@@ -144,6 +144,46 @@ def test_case_runs_only_the_named_cases_and_names_one_not_in_the_matrix(tmp_path
     assert by_id["at-single/schedule-link-after-commit/kill/9"]["verdict"] == "not-run"
     assert "not in this run's matrix" in by_id["at-single/schedule-link-after-commit/kill/9"]["reason"]
     assert code == 1
+    # The default command, running the harness's own reference: its census stands for the reference's.
+    assert report["implementation"]["code"]["module_origin"] == str(ROOT.resolve() / "reference" / "adapter.py")
+    assert report["run"]["reference_census"]["separate"] is False
+    assert not any(c["name"] == "barrier-coverage" for c in by_id["at-single"]["checks"])
+
+
+def test_the_reference_command_running_a_copy_gets_the_references_own_census(tmp_path):
+    """The default --impl started from another folder with a PYTHONPATH holding a copy of the reference runs the
+    copy: the report says so (the copy's origin, the folder, the PYTHONPATH), and the reference's own census runs
+    beside it, so a barrier the copy no longer reaches fails barrier-coverage instead of passing unnoticed."""
+    from mutants import materialize
+    from tests.test_provenance import UNREPORTED_LINK
+    from testhost.runner import REFERENCE_COMMAND
+
+    copy = materialize(UNREPORTED_LINK, tmp_path / "copies")
+    elsewhere, report_dir = tmp_path / "elsewhere", tmp_path / "report"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "certify", "--impl", REFERENCE_COMMAND, "--case",
+                           "at-single", "--jobs", "1", "--report-dir", str(report_dir)], cwd=elsewhere,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((report_dir / "report.json").read_text())
+    code = report["implementation"]["code"]
+    origin = str(copy.resolve() / "reference" / "adapter.py")
+    assert code["cwd"] == str(elsewhere.resolve()) and code["module_origin"] == origin
+    assert code["environment"] == {"PYTHONPATH": str(copy)}
+    census = report["run"]["reference_census"]
+    assert census["separate"] is True and census["code"]["module_origin"] == str(ROOT.resolve() / "reference" /
+                                                                                 "adapter.py")
+    assert "--impl is the reference's command, running other code than the harness's reference" in done.stderr
+    (case,) = report["cases"]
+    coverage = [c for c in case["checks"] if c["name"] == "barrier-coverage"]
+    assert coverage and coverage[0]["ok"] is False and case["verdict"] == "fail"
+    assert coverage[0]["evidence"][0]["not_reached"] == ["schedule-link-after-commit"]
+    # The terminal, report.md and the certificate show which code ran.
+    assert f"\n  cwd          {elsewhere.resolve()}\n" in done.stdout and origin in done.stdout
+    assert f"PYTHONPATH={copy}" in done.stdout
+    markdown = (report_dir / "report.md").read_text()
+    assert f"cwd `{elsewhere.resolve()}`" in markdown and origin in markdown
+    assert json.loads((report_dir / "certificate.json").read_text())["implementation"]["code"] == code
 
 
 def test_rerun_failed_runs_only_what_did_not_pass(home, tmp_path):
