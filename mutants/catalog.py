@@ -19,6 +19,8 @@ FENCE_FIRST = "A mismatch suspends the Schedule before it moves the cursor or ac
 ONE_COALESCED = ("Subsequent overlapping nominal instants are represented by at most one pending coalesced "
                  "occurrence.")
 RETRY_KEEPS_SLOT = "Retries, suspended Work, and any still-nonterminal Work do not release the slot."
+QUEUE_ONE = "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot."
+ONE_CAPTURE = "Schedule create and update commands capture one PostgreSQL transaction_timestamp() value."
 SUPERSEDE = ("A generation update supersedes old unstarted occurrences, but an already started old-generation "
              "target remains durable history and continues to occupy its slot.")
 ANOMALY = "An anomalously large forward cutoff suspends the Schedule without moving its cursor."
@@ -193,7 +195,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("queries/schedule.sql",
               "          not in ('succeeded', 'failed', 'canceled')\n) as busy;",
               "          not in ('succeeded', 'failed', 'canceled', 'retrying')\n) as busy;"),),
-        slice=("held-slot",)),
+        slice=("held-slot",), also=(QUEUE_ONE,)),
     Mutant(
         "superseded-materialized", SUPERSEDE,
         "The bridge still takes a superseded occurrence of an old generation as its candidate and materializes it.",
@@ -522,7 +524,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "generation carries.",
         (Edit("queries/schedule.sql", "        %(accepted_at_utc)s, %(generation)s, %(revision)s);",
               "        clock_timestamp(), %(generation)s, %(revision)s);"),),
-        slice=("client-commands",)),
+        slice=("client-commands",), also=(ONE_CAPTURE,)),
     Mutant(
         "anchor-whole-seconds", UTC_UNCHANGED,
         "An explicit Every anchor is stored truncated to whole seconds.",
