@@ -20,6 +20,7 @@ ONE_COALESCED = ("Subsequent overlapping nominal instants are represented by at 
                  "occurrence.")
 RETRY_KEEPS_SLOT = "Retries, suspended Work, and any still-nonterminal Work do not release the slot."
 QUEUE_ONE = "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot."
+NEXT_PASS = "The next bounded Schedule pass materializes the coalesced occurrence without waiting for another interval."
 ONE_CAPTURE = "Schedule create and update commands capture one PostgreSQL transaction_timestamp() value."
 SUPERSEDE = ("A generation update supersedes old unstarted occurrences, but an already started old-generation "
              "target remains durable history and continues to occupy its slot.")
@@ -668,6 +669,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("errors.py", "class AccessDenied(DurableError):", "class AccessDenied(RetriableError):"),
          Edit("errors.py", "class BridgeRoleError(DurableError):", "class BridgeRoleError(RetriableError):")),
         slice=("bridge-role",)),
+    Mutant(
+        "requeue-waits-an-interval", NEXT_PASS,
+        "The Work-terminal trigger requeues the schedule an hour after the terminal transition instead of at once, "
+        "so the waiting coalesced occurrence is materialized only when time has moved on.",
+        (Edit("migrations/0004_schedule_protocol.sql",
+              "       set due_at_utc = now_utc,\n"
+              "           claimable_at_utc = case when lease_owner is null then now_utc else claimable_at_utc end\n",
+              "       set due_at_utc = now_utc + interval '1 hour',\n"
+              "           claimable_at_utc = case when lease_owner is null then now_utc + interval '1 hour' "
+              "else claimable_at_utc end\n"),),
+        slice=("coalesce-terminal-callback",)),
     Mutant(
         "grid-from-anchor", CUTOFF,
         "An Every's grid starts at its anchor: the instants before a future anchor (anchor + n·every, n < 0) are "

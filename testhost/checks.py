@@ -1294,9 +1294,10 @@ def passive_processor(observations: list[tuple[int, dict]], impls: list) -> Chec
 
 REQUEUE_KEPT = rule_of(
     "requeue-kept",
-    "If one exists, it requeues the Schedule dispatch row in that same transaction. (Seen after every step: an "
+    "If one exists, it requeues the Schedule dispatch row in that same transaction. The next bounded Schedule "
+    "pass materializes the coalesced occurrence without waiting for another interval. (Seen after every step: an "
     "active schedule whose active generation has a pending coalesced occurrence, while no nonterminal Work holds "
-    "its slot and no lease is held, is claimable at once; a lease release that wrote a later due time over the "
+    "its slot and no lease is held, is claimable at once, so the next pass can claim it; a lease release that wrote a later due time over the "
     "requeue leaves it waiting for another interval. Not judged while the server clock stands behind a time it "
     "already reached.)")
 
