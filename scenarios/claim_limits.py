@@ -191,12 +191,12 @@ def owner_classes() -> OwnerClasses:
 
 def blank_owners() -> st.SearchStrategy[str]:
     """Owners made only of White_Space and Default_Ignorable code points, at least one beyond ASCII: a space, a
-    separator, a variation selector or another default-ignorable one, mixed with ASCII spaces and tabs."""
+    variation selector or another default-ignorable one, mixed with ASCII spaces. None is a control character (a
+    tab, a line separator: control_owners draws those), so only blankness refuses them."""
     classes = owner_classes()
     beyond = st.one_of(st.sampled_from(classes.spaces), st.sampled_from(classes.spaces),
-                       st.sampled_from(classes.separators), st.sampled_from(sorted(VARIATION_SELECTORS)),
-                       st.sampled_from(sorted(OTHER_DEFAULT_IGNORABLE)))
-    parts = st.lists(beyond | st.sampled_from(" \t"), max_size=4)
+                       st.sampled_from(sorted(VARIATION_SELECTORS)), st.sampled_from(sorted(OTHER_DEFAULT_IGNORABLE)))
+    parts = st.lists(beyond | st.just(" "), max_size=4)
     return st.tuples(beyond, parts, st.integers(0, 4)).map(lambda t: "".join(t[1][:t[2]]) + t[0]
                                                             + "".join(t[1][t[2]:]))
 
@@ -235,6 +235,11 @@ def landing(start: datetime, months: int, end: int, slack: int) -> Interval:
     return Interval(months, -months_span(start, months) + slack, end - slack * US_PER_DAY)
 
 
+# Months a drawn interval may span from a claim instant (claim_instants): up to 100,000 years ahead, 5,000 back (the
+# calendar PostgreSQL keeps starts in 4713 BC).
+MONTHS = st.integers(-60_000, 1_200_000)
+
+
 def claim_instants() -> st.SearchStrategy[datetime]:
     """Claim instants on a whole second around month ends (leap days, century years), years ahead of any store."""
     def build(year: int, month: int, day: int, second: int) -> datetime:
@@ -247,7 +252,7 @@ def claim_instants() -> st.SearchStrategy[datetime]:
 def mixed_leases(start: datetime) -> st.SearchStrategy[Interval]:
     """Mixed-sign month/day/time intervals that land, claimed at `start`, on an edge of (0, 10 min]: their parts
     (or a 30-day month's arithmetic) look like another lease than the one they grant."""
-    months = st.integers(-25, 25) | st.integers(-1_200_000, 1_200_000)
+    months = st.integers(-25, 25) | MONTHS
     return st.one_of(
         st.builds(lambda m, e, s: landing(start, m, e, s), months, st.sampled_from(END_EDGES), st.integers(-2, 2)),
         st.builds(lambda d, e: Interval(0, d, e - d * US_PER_DAY), st.integers(-3, 3), st.sampled_from(END_EDGES)),
