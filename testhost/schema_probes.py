@@ -218,15 +218,16 @@ class ClaimProber:
             + f": select * from appsurface_durable.claim_schedule_dispatch({sql_literal(probe.owner)}, "
               f"{duration}::interval)")})
 
-    def report(self, findings, rule: str = CLAIM_RULE) -> None:
-        findings.examined(rule, self.judged)
+    def report(self, findings) -> None:
+        """Into the stage's findings: the probes judged, the first SHOWN wrong answers and how many more."""
+        findings.examined(CLAIM_RULE, self.judged)
         for finding in self.findings[:SHOWN]:
-            findings.add(rule, finding)
+            findings.add(CLAIM_RULE, finding)
         if len(self.findings) > SHOWN:
-            findings.add(rule, f"and {len(self.findings) - SHOWN} more probes answered wrongly")
+            findings.add(CLAIM_RULE, f"and {len(self.findings) - SHOWN} more probes answered wrongly")
         if not self.took_a_row:
-            findings.add(rule, "no lawful claim took the due row (a schedule due since before every probe), so the "
-                               "refusals proved nothing")
+            findings.add(CLAIM_RULE, "no lawful claim took the due row (a schedule due since before every probe), so "
+                                     "the refusals proved nothing")
 
 
 # -- the local scope -------------------------------------------------------------------------------------------
