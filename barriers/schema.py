@@ -120,6 +120,25 @@ SCHEMA_RULES = (
                "DEFINER function pins its search_path (set on the function, without public or $user, pg_temp "
                "listed last) and PUBLIC may not execute it"),
     SchemaRule("schema-claim-refusals", "The function rejects blank or control-character lease owners and lease "
-               "durations that are null, non-positive, or longer than ten minutes before it changes a row"),
+               "durations that are null, non-positive, or longer than ten minutes before it changes a row, so an "
+               "untrusted dispatcher call cannot strand a Schedule in a non-expiring or excessively long lease. "
+               "(Read with protocol notes 24i and 24m. The claim function, called as the dispatcher in a session "
+               "whose time zone is UTC with a schedule due, the server clock frozen at each claim's own instant: a "
+               "null, zero or negative duration, one ending more than ten minutes after the claim (a microsecond "
+               "more included), mixed-sign month/day/time intervals drawn to land on either side of (0, 10 minutes] "
+               "(judged where the lease ends: months, then days, then time, as PostgreSQL adds them), a null, empty "
+               "or blank owner (White_Space and Default_Ignorable code points only) and an owner holding a Cc, Cf, "
+               "Zl or Zp code point must raise and change no dispatch row; lawful calls (exactly ten minutes, one "
+               "microsecond, a mixed interval ending inside the cap, owners of letters and digits with an inner "
+               "space) must be granted, and the lease a grant records must end after the claim and at most ten "
+               "minutes after it.)"),
+    SchemaRule("schema-local-scope", "A scoped runtime transaction sets the existing local scope setting, validates "
+               "store/runtime/scope/generation fences, records Schedule facts, and bridges a pending occurrence. "
+               "(Read with protocol note 24j: the scope authorizes only the transaction that set it. As the runtime "
+               "role: a transaction that calls appsurface_durable.set_local_scope(scope_id) sees its scope's rows; "
+               "a later transaction on the same connection that sets nothing, and transactions on a connection whose "
+               "setting appsurface_durable.scope_id was left at session level (set_config(..., false)) with the "
+               "value an earlier transaction's set_local_scope wrote or with the raw scope ID, read no row of any "
+               "scoped table and update none.)"),
 )
 SCHEMA_RULE = {r.name: r.rule for r in SCHEMA_RULES}

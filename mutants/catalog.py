@@ -28,6 +28,8 @@ ANOMALY = "An anomalously large forward cutoff suspends the Schedule without mov
 CLAIM_LIMITS = ("The function rejects blank or control-character lease owners and lease durations that are null, "
                 "non-positive, or longer than ten minutes before it changes a row, so an untrusted dispatcher call "
                 "cannot strand a Schedule in a non-expiring or excessively long lease.")
+LOCAL_SCOPE = ("A scoped runtime transaction sets the existing local scope setting, validates "
+               "store/runtime/scope/generation fences, records Schedule facts, and bridges a pending occurrence.")
 # Adapter-protocol rules (barriers/PROTOCOL.md), which an implementation can break as well as a spec sentence.
 HONEST_FAIL = "`fail` tells the host nothing was applied"
 CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a hang."
@@ -218,6 +220,69 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("migrations/0004_schedule_protocol.sql", "expires_utc > p_claimed_at + interval '10 minutes'",
               "expires_utc > p_claimed_at + interval '1 hour'"),),
         slice=("claim-refusals",)),
+    # The claim's limits and the local scope as an implementation's own schema can break them: the schema stage
+    # (case `schema-stage`, testhost/schema_probes.py) builds the mutant's stores from its migrations and probes them.
+    Mutant(
+        "claim-cap-on-epoch", CLAIM_LIMITS,
+        "The ten-minute cap is checked on the duration's extract(epoch), which counts a month as 30 days, not where "
+        "the lease ends: '1 mon -30 days 00:05:00' claimed on 15 January is granted, a lease of a day and five "
+        "minutes.",
+        (Edit("migrations/0004_schedule_protocol.sql",
+              "    if expires_utc is null or expires_utc <= p_claimed_at or expires_utc > p_claimed_at + "
+              "interval '10 minutes' then\n",
+              "    if expires_utc is null or extract(epoch from p_lease_duration) <= 0\n"
+              "       or extract(epoch from p_lease_duration) > 600 then\n"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "claim-cap-at-whole-seconds", CLAIM_LIMITS,
+        "The cap compares the lease's end at whole seconds, so a lease of ten minutes and one microsecond is "
+        "granted.",
+        (Edit("migrations/0004_schedule_protocol.sql", "expires_utc > p_claimed_at + interval '10 minutes'",
+              "date_trunc('second', expires_utc) > p_claimed_at + interval '10 minutes'"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "claim-admits-zero-end", CLAIM_LIMITS,
+        "A lease ending at the claim itself is granted ('0 seconds', '1 day -24:00:00'): a non-positive duration.",
+        (Edit("migrations/0004_schedule_protocol.sql", "expires_utc <= p_claimed_at or",
+              "expires_utc < p_claimed_at or"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "claim-refuses-ten-minutes", CLAIM_LIMITS,
+        "A lease of exactly ten minutes is refused, though it is not longer than ten minutes.",
+        (Edit("migrations/0004_schedule_protocol.sql", "expires_utc > p_claimed_at + interval '10 minutes'",
+              "expires_utc >= p_claimed_at + interval '10 minutes'"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "owner-blank-by-ascii-only", CLAIM_LIMITS,
+        "A lease owner is judged blank by ASCII white space alone, so an owner of only a no-break space, an "
+        "ideographic space or a Hangul filler is granted.",
+        (Edit("migrations/0004_schedule_protocol.sql",
+              "regexp_replace(p_lease_owner, appsurface_durable.blank_code_points(), '', 'g') = ''",
+              "btrim(p_lease_owner, E' \\t\\n\\r') = ''"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "owner-format-characters-admitted", CLAIM_LIMITS,
+        "A lease owner is checked for C0 and C1 controls only, so one holding a format character or a line "
+        "separator (a zero width joiner, a right-to-left override, U+2028) is granted.",
+        (Edit("migrations/0004_schedule_protocol.sql", "p_lease_owner ~ appsurface_durable.control_code_points()",
+              "p_lease_owner ~ '[\\u0001-\\u001F\\u007F-\\u009F]'"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "scope-honoured-at-session-level", LOCAL_SCOPE,
+        "current_scope() takes the scope from the setting whatever transaction bound it, so a value left at "
+        "session level on a pooled connection (set_config(..., false)) authorizes every later transaction there.",
+        (Edit("migrations/0002_scopes.sql", "                     = pg_current_xact_id_if_assigned()::text\n",
+              "                     is not null\n"),),
+        slice=("schema-stage",)),
+    Mutant(
+        "scope-bound-to-the-session", LOCAL_SCOPE,
+        "set_local_scope binds the scope to the connection's backend, at session level, instead of to its "
+        "transaction, so the scope one transaction set still authorizes the next transaction on that connection.",
+        (Edit("migrations/0002_scopes.sql", "pg_current_xact_id()::text || '/' || coalesce(p_scope_id, ''), true)",
+              "pg_backend_pid()::text || '/' || coalesce(p_scope_id, ''), false)"),
+         Edit("migrations/0002_scopes.sql", "                     = pg_current_xact_id_if_assigned()::text\n",
+              "                     = pg_backend_pid()::text\n")),
+        slice=("schema-stage",)),
     Mutant(
         "release-clears-clock-suspension", RELEASE_ONLY_EPOCH,
         "ReleaseAfterRecovery also clears a clock-anomaly suspension.",

@@ -6,9 +6,13 @@ fields), the rest of the call lawful, so the refusal must name that one argument
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from hypothesis import strategies as st
+
+from .claim_limits import blank_owners, control_owners, lease_refusal, owner_refusal, refused_leases
+from .times import T0
 
 CLIENT_OPS = ("create", "update", "delete", "release-after-recovery")
 CLAIM = "claim"
@@ -198,14 +202,22 @@ def hostile_command(draw, schedule_id: str, revision: int) -> Hostile:
 
 
 OWNERS = ((None, "null"), ("", "an empty string"), (" ", "a blank string"), ("\t\n", "white space only"),
-          ("\u200b\ufeff", "default-ignorable code points only"), ("o" * 201, "201 characters"),
-          ("o" * HUGE, "a 1 MB string")) + strings("owner", nul=False, blank=False)
+          ("\u200b\ufeff", "default-ignorable code points only"), ("\u00a0", "a no-break space alone"),
+          ("\u3000\u3164", "an ideographic space and a Hangul filler"), ("\ufe0f", "a variation selector alone"),
+          ("o" * 201, "201 characters"), ("o" * HUGE, "a 1 MB string")) + strings("owner", nul=False, blank=False)
+# The hostile run's server clock stands on T0's day, where a lease of months and days ends is fixed (note 24i): the
+# mixed-sign ones below land outside (0, 10 minutes] on it, though those marked "compares as" do not look it.
+CLAIM_DAY = T0.date()
 LEASES = ((None, "null"), ("0", "zero"), ("-5 seconds", "negative"), ("601 seconds", "over ten minutes"),
           ("10 minutes 0.000001 seconds", "a microsecond over ten minutes"), ("1 day", "a day"),
           ("1 mon -29 days", "mixed-sign: a month less 29 days"), ("1 mon -30 days", "mixed-sign: compares as zero"),
           ("-1 day +23:59:59", "mixed-sign: a second short of zero"), ("1 day -86400 seconds", "mixed-sign: zero"),
           ("1 hour -49 minutes", "mixed-sign: eleven minutes"), ("178000000 years", "huge"),
-          ("-178000000 years", "hugely negative"), ("-0.000001 seconds", "a negative microsecond"))
+          ("-178000000 years", "hugely negative"), ("-0.000001 seconds", "a negative microsecond"),
+          ("1 mon -30 days 5 minutes", "mixed-sign: compares as five minutes, ends a day and five minutes later"),
+          ("-1 mon 30 days 5 minutes", "mixed-sign: compares as five minutes, ends two days and five minutes later"),
+          ("12 mons -360 days 5 minutes", "mixed-sign: compares as five minutes, ends six days and five minutes "
+                                         "later (a leap day in the year)"))
 LAWFUL_LEASE = "30 seconds"
 LAWFUL_OWNER = "hostile-probe"
 
@@ -220,11 +232,21 @@ def _claim(field: str, index: int) -> Hostile:
 
 @st.composite
 def hostile_claim(draw) -> Hostile:
-    """`claim_schedule_dispatch(lease_owner, lease_duration)` with one argument its sentence refuses. An owner
-    holding U+0000 or a lone surrogate is not drawn: PostgreSQL's text cannot carry it, so no call reaches the
-    function (35h)."""
+    """`claim_schedule_dispatch(lease_owner, lease_duration)` with one argument its sentence refuses: from the
+    tables, or drawn from the readings (scenarios/claim_limits.py): an owner of White_Space and Default_Ignorable
+    code points only, or a lawful one with a Cc, Cf, Zl or Zp code point in it; a mixed-sign month/day/time
+    interval landing outside (0, 10 minutes] on the claim's day. An owner holding U+0000 or a lone surrogate is
+    not drawn: PostgreSQL's text cannot carry it, so no call reaches the function (35h)."""
     field = draw(st.sampled_from(("lease_owner", "lease_duration")))
-    return _claim(field, draw(st.integers(0, len(OWNERS if field == "lease_owner" else LEASES) - 1)))
+    if draw(st.booleans()):
+        return _claim(field, draw(st.integers(0, len(OWNERS if field == "lease_owner" else LEASES) - 1)))
+    if field == "lease_owner":
+        owner = draw(blank_owners() | control_owners())
+        return Hostile(CLAIM, field, owner_refusal(owner), {"lease_owner": owner, "lease_duration": LAWFUL_LEASE}, ())
+    interval = draw(refused_leases(CLAIM_DAY))
+    day = datetime(CLAIM_DAY.year, CLAIM_DAY.month, CLAIM_DAY.day, tzinfo=timezone.utc)
+    return Hostile(CLAIM, field, f"mixed-sign, claimed on {CLAIM_DAY}: {lease_refusal(day, interval)}",
+                   {"lease_owner": LAWFUL_OWNER, "lease_duration": interval.text()}, ())
 
 
 # The characters a sweep sends, one of each class: the rest of the C0 controls are drawn, not swept.

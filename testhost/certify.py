@@ -55,6 +55,12 @@ def schema_version_plans(scenario_filter, cases: list[str] = ()) -> list[CasePla
     return [CasePlan(SCHEMA_VERSION_ID)] if named and matches(SCHEMA_VERSION_ID, scenario_filter) else []
 
 
+def schema_stage_plans(scenario_filter) -> list[CasePlan]:
+    """The schema stage as a case of `crashproof mutants` (a mutant's own migrations, or the normative schema for
+    the control) when the --scenario filter selects its id; certify runs it before the cases instead."""
+    return [CasePlan(SCHEMA_STAGE_ID)] if matches(SCHEMA_STAGE_ID, scenario_filter) else []
+
+
 # -- worker side ----------------------------------------------------------------------------------------------
 
 _world = None
@@ -100,6 +106,8 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
     if plan.scenario == SCHEMA_VERSION_ID:
         from .schema_version import run_schema_version
         return {"case": run_schema_version(_world, command, Path(log_dir)), "baseline": None, "implementation": ""}
+    if plan.scenario == SCHEMA_STAGE_ID:
+        return {"case": _worker_schema_stage(migrations), "baseline": None, "implementation": ""}
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None,
                        timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands,
@@ -107,9 +115,9 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
     return {"case": outcome.to_json(), "baseline": outcome.baseline, "implementation": outcome.implementation}
 
 
-def _worker_schema_stage(migrations: str) -> dict:
+def _worker_schema_stage(migrations: str | None) -> dict:
     from .schema_stage import run_schema_stage
-    return run_schema_stage(_world, Path(migrations))
+    return run_schema_stage(_world, Path(migrations) if migrations else None)
 
 
 def _case_worker(options: "Options"):

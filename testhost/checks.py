@@ -1431,8 +1431,10 @@ HOSTILE_CLAIM = rule_of(
     "The function rejects blank or control-character lease owners and lease durations that are null, non-positive, "
     "or longer than ten minutes before it changes a row, so an untrusted dispatcher call cannot strand a Schedule in "
     "a non-expiring or excessively long lease. (`claim_schedule_dispatch` called as the dispatcher, with a schedule "
-    "claimable, and one hostile argument (a blank, control- or format-character or over-long owner; a null, zero, "
-    "negative, mixed-sign, over-ten-minute or out-of-range duration) raises an error of SQLSTATE class 22 whose "
+    "claimable, and one hostile argument (an owner blank by White_Space and Default_Ignorable code points, holding a "
+    "Cc, Cf, Zl or Zp code point, or over-long; a null, zero, negative, over-ten-minute or out-of-range duration, or "
+    "a mixed-sign one ending outside (0, 10 minutes] at the claim, whatever its parts compare as: protocol notes "
+    "24i, 24m) raises an error of SQLSTATE class 22 whose "
     "message names the argument (`lease owner` or `lease duration`), and changes no row of any table of the schema; "
     "`crashproof explore`, hostile phase.)")
 

@@ -61,11 +61,11 @@ EDGES: tuple[Edge, ...] = (
     Edge("lease-cap-at-end", "24i", "The lease cap is checked where the lease ends", m.CLAIM_LIMITS,
          "a lease ending exactly ten minutes after the claim is granted, one ending later or not after it is "
          "refused, whatever months, days and time of mixed signs the interval holds",
-         (SCHEMA_STAGE,), (HOSTILE + "lease_duration",), ("lease-cap-on-parts", "lease-cap-exclusive")),
+         (SCHEMA_STAGE,), (HOSTILE + "lease_duration",), ("claim-cap-on-epoch", "claim-cap-at-whole-seconds", "claim-admits-zero-end", "claim-refuses-ten-minutes")),
     Edge("owner-blank-unicode", "24m", "Blank and control-character lease owners, for Unicode", m.CLAIM_LIMITS,
          "an owner of nothing but Unicode white space and default-ignorable code points is blank; a control, "
          "format or line/paragraph separator code point anywhere in it is refused",
-         (SCHEMA_STAGE,), (HOSTILE + "lease_owner",), ("owner-blank-ascii-only", "owner-format-admitted")),
+         (SCHEMA_STAGE,), (HOSTILE + "lease_owner",), ("owner-blank-by-ascii-only", "owner-format-characters-admitted")),
 )
 
 BY_NAME = {edge.name: edge for edge in EDGES}

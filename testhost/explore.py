@@ -86,17 +86,27 @@ def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates
     return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "failures": search.stats.failures,
             "shrinks": search.stats.shrinks, "seconds": search.stats.seconds, "failure": search.failure,
             "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None,
-            "store": _hostile_store(job)}
+            "stores": _hostile_stores(job)}
 
 
-def _hostile_store(job: dict) -> dict | None:
-    """The hostile store, once per run (the first job, with the sweep): every schedule operation the implementation
-    declares, against a store migrated only to 0003, as certify's schema-version stage sends them."""
+def _hostile_stores(job: dict) -> list[dict]:
+    """The hostile stores, once per run (the first job, with the sweep): every schedule operation the implementation
+    declares, against a store migrated only to 0003, as certify's schema-version stage sends them; and, when the
+    implementation ships its own migrations, certify's schema stage on them (its claim and scope probes among its
+    rules)."""
     if job["index"] != 0 or not job["sweep"]:
-        return None
+        return []
     from .schema_version import run_schema_version
 
-    return run_schema_version(certify._world, job["command"], Path(job["log_dir"]))
+    stores = [run_schema_version(certify._world, job["command"], Path(job["log_dir"]))]
+    if job["migrations"]:
+        from .schema_stage import run_schema_stage
+        from .store import MigrationFailed
+        try:
+            stores.append(run_schema_stage(certify._world, Path(job["migrations"])))
+        except MigrationFailed:
+            pass  # every program's store fails the same way, and says so
+    return stores
 
 
 def replay_line(code: dict, *words: str) -> str:
@@ -113,14 +123,19 @@ def store_finding(case: dict, out: Path, options: Options, code: dict | None = N
     code = code or provenance.resolve(options.command)
     failed = [c for c in case["checks"] if not c["ok"]]
     check = failed[0] if failed else {"name": case["id"], "rule": case["reason"], "evidence": []}
-    replay = replay_line(code, "crashproof", "certify", "--scenario", case["id"], "--impl", options.command)
+    if case["id"] == certify.SCHEMA_STAGE_ID:  # certify runs the stage before the cases it selects: here, one
+        replay = replay_line(code, "crashproof", "certify", "--migrations", str(options.migrations), "--scenario",
+                             "schema-version", "--impl", options.command)
+        op, field, why = "schema", "migrations", f"the schema of --migrations {options.migrations}"
+    else:
+        replay = replay_line(code, "crashproof", "certify", "--scenario", case["id"], "--impl", options.command)
+        op, field, why = "process-due", "store", "a store migrated only to 0003 (no migration 0004)"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"hostile-store-{case['id']}.json"
     path.write_text(json.dumps({"case": case, "replay": replay, "impl": options.command, "code": code},
                                indent=1) + "\n")
-    return {"op": "process-due", "field": "store", "why": "a store migrated only to 0003 (no migration 0004)",
-            "check": check["name"], "rule": check["rule"], "file": str(path), "replay": replay,
-            "wrong": [_wrong_answer(e) for e in check.get("evidence", [])] or [case["reason"]]}
+    return {"op": op, "field": field, "why": why, "check": check["name"], "rule": check["rule"], "file": str(path),
+            "replay": replay, "wrong": [_wrong_answer(e) for e in check.get("evidence", [])] or [case["reason"]]}
 
 
 def _wrong_answer(evidence: dict) -> str:
@@ -319,7 +334,7 @@ def explore(options: Options) -> tuple[int, dict]:
             hostile_found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
                                   "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
                                   "wrong": failure["wrong"], "file": str(path)})
-    stores = [r["hostile"]["store"] for r in results if r["hostile"].get("store") is not None]
+    stores = [case for r in results for case in r["hostile"]["stores"]]
     hostile_found += [f for f in (store_finding(case, options.out, options, code) for case in stores)
                       if f is not None]
     hostile = {"inputs": sum(r["hostile"]["inputs"] for r in results),

@@ -25,7 +25,7 @@ from scenarios.matrix import expand, select
 from scenarios.model import load_catalog
 
 from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run,
-                      declared_operations, run_cases, schema_version_plans)
+                      declared_operations, run_cases, schema_stage_plans, schema_version_plans)
 from .faults import FAULTS
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 from .runner import REFERENCE_COMMAND, CasePlan
@@ -93,7 +93,7 @@ def plan_slices(mutants: list, census: dict[str, dict[str, int]], offered: set[s
     (fault-free runs by scenario name)."""
     scenarios = select(load_catalog(), scenario)
     faulted, _ = expand(scenarios, census, FAULTS, offered=offered)
-    fault_free = [CasePlan(s.name) for s in scenarios] + schema_version_plans(scenario)
+    fault_free = [CasePlan(s.name) for s in scenarios] + schema_version_plans(scenario) + schema_stage_plans(scenario)
     matrix = fault_free + faulted
     return matrix, {m.name: [p for p in matrix if _matches(p, m.slice)] for m in mutants}
 
@@ -215,8 +215,10 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
             control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
             control_ids = {p.id for p in control_plans}
             control = [c for _, c in census_cases if c["id"] in control_ids]
+            census_ids = {c["id"] for _, c in census_cases}
             control += [c for _, c in runner.run([(CONTROL, control_command, None, p) for p in control_plans
-                                                  if p.fault], "control (unmutated implementation on every slice)")]
+                                                  if p.id not in census_ids],
+                                                 "control (unmutated implementation on every slice)")]
             schema = {m.name: _schema_of(m) for m in mutants}
             phases = [("slice", lambda m: _with_baselines(slices[m.name])),
                       ("fault-free", lambda m: [p for p in matrix if p.fault is None]),

@@ -2,8 +2,9 @@
 owner, checked against the normative surface before any case runs; every finding names its rule.
 
 The expectations are data in barriers/schema.py (rendered into PROTOCOL.md), written from the spec and the role
-recipe, not read from any implementation: a verdict never depends on the reference's code. The reference client only seeds one due schedule (set-up,
-like every fallback) so the claim function's refusals can be seen changing no row.
+recipe, not read from any implementation: a verdict never depends on the reference's code. The reference client only
+seeds one due schedule (set-up, like every fallback) so the claim function's refusals can be seen changing no row and
+the local scope has rows to show or hide (the probes: testhost/schema_probes.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from barriers.schema import (COLUMN_GRANTS, DISPATCHER, FUNCTION_GRANTS, OWNER, 
                              TABLE_GRANTS)
 
 from .checks import CheckResult
-from .state import read_state
+from .schema_probes import CLAIM_RULE, SCOPE_RULE, ClaimProber, check_local_scope
 from .store import MigrationFailed, Store, new_store, schema_migrations
 from .world import CLOCK, World
 
@@ -36,20 +37,6 @@ _FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "
              "character varying": "text", "uuid": "uuid", "timestamp with time zone": "timestamptz",
              "jsonb": "json", "json": "json"}
 
-# What the claim function must refuse, changing no row: (what, lease owner, lease duration).
-REFUSALS = [
-    ("a null lease duration", "schema-stage", None),
-    ("a zero lease duration", "schema-stage", "0 seconds"),
-    ("a negative lease duration", "schema-stage", "-30 seconds"),
-    ("a lease of ten minutes and one second", "schema-stage", "10 minutes 1 second"),
-    ("an eleven-minute lease", "schema-stage", "11 minutes"),
-    ("a null lease owner", None, "30 seconds"),
-    ("an empty lease owner", "", "30 seconds"),
-    ("a blank lease owner", " \t ", "30 seconds"),
-    ("a lease owner with a control character", "schema\x01stage", "30 seconds"),
-    ("a lease owner with a newline", "schema\nstage", "30 seconds"),
-]
-VALID_CLAIM = ("schema-stage", "30 seconds")
 # How far ahead the history partitions are made: a month no migration has made yet.
 FUTURE = timedelta(days=400)
 
@@ -255,11 +242,6 @@ def check_security_definers(conn: psycopg.Connection, findings: Findings) -> Non
             findings.add(rule, f"PUBLIC may execute SECURITY DEFINER {name}")
 
 
-def _queue(store: Store) -> list[dict]:
-    with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
-        return read_state(conn).dispatch
-
-
 def _seed_due_schedule(store: Store) -> None:
     """One At schedule due now, through the reference client over the schema under test (set-up, like every
     fallback); returns once the server's clock has passed its instant."""
@@ -277,47 +259,23 @@ def _seed_due_schedule(store: Store) -> None:
             time.sleep(0.05)
 
 
-def check_claim_refusals(store: Store, findings: Findings) -> None:
-    """Each bad argument is refused and changes no row; then a valid claim takes the due row, so the refusals
-    were not those of a function that refuses everything."""
-    rule = "schema-claim-refusals"
+def check_behaviour(world: World, store: Store, findings: Findings) -> None:
+    """The probes of testhost/schema_probes.py on a store holding one due schedule: the claim function's refusals
+    and grants, and the local scope's reach."""
     try:
         _seed_due_schedule(store)
     except Exception as exc:  # noqa: BLE001 - the schema under test could not hold a due schedule
-        findings.add(rule, f"could not seed a due schedule to claim: {type(exc).__name__}: {exc}")
+        for rule in (CLAIM_RULE, SCOPE_RULE):
+            findings.add(rule, f"could not seed a due schedule to probe with: {type(exc).__name__}: {exc}")
         return
+    check_local_scope(store, SCOPE, findings)
+    prober = ClaimProber(store, world)
     try:
-        _claim_each(store, findings, rule)
+        prober.run()
     except psycopg.Error as exc:
-        findings.add(rule, f"could not call the claim function or read the queue: {exc.sqlstate}: "
-                           f"{str(exc).splitlines()[0]}")
-
-
-def _claim_each(store: Store, findings: Findings, rule: str) -> None:
-    with psycopg.connect(store.dispatcher_dsn, autocommit=True) as conn:
-        for what, owner, duration in REFUSALS:
-            findings.examined(rule)
-            before = _queue(store)
-            try:
-                rows = _all(conn, "claim", {"owner": owner, "duration": duration})
-            except psycopg.Error as exc:
-                refused = f"{exc.sqlstate}: {str(exc).splitlines()[0]}"
-            else:
-                refused = None
-            after = _queue(store)
-            if refused is None:
-                findings.add(rule, {"accepted": what, "lease_owner": owner, "lease_duration": duration,
-                                    "returned": rows, "changed_rows": after != before})
-            elif after != before:
-                findings.add(rule, {"refused": what, "but_changed": {"before": before, "after": after}})
-        findings.examined(rule)
-        try:
-            claimed = _all(conn, "claim", {"owner": VALID_CLAIM[0], "duration": VALID_CLAIM[1]})
-        except psycopg.Error as exc:
-            claimed = f"{exc.sqlstate}: {str(exc).splitlines()[0]}"
-        if not isinstance(claimed, list) or len(claimed) != 1:
-            findings.add(rule, {"valid_claim": f"owner {VALID_CLAIM[0]!r}, {VALID_CLAIM[1]}", "of_a_due_row": claimed,
-                                "expected": "one row claimed, so the refusals above prove something"})
+        findings.add(CLAIM_RULE, f"could not call the claim function or read the queue: {exc.sqlstate}: "
+                                 f"{str(exc).splitlines()[0]}")
+    prober.report(findings)
 
 
 def _bound(text: str) -> tuple[datetime | None, datetime | None] | None:
@@ -374,14 +332,17 @@ def _future_children(world: World, store: Store, findings: Findings) -> set[str]
     return set(bounds) - before if moved else set(bounds)
 
 
-def run_schema_stage(world: World, migrations: Path) -> dict:
-    """The stage's case for report.json: one check per rule, verdict fail when any rule has a finding.
+def run_schema_stage(world: World, migrations: Path | None) -> dict:
+    """The stage's case for report.json: one check per rule, verdict fail when any rule has a finding (None: the
+    normative schema, the reference's migrations, as `crashproof mutants` runs it for its control).
     Raises MigrationFailed (naming the file and the server's message) when a migration does not apply."""
     started = time.monotonic()
     store = new_store(world, migrations=migrations)
+    if migrations is None:
+        migrations = Path(str(resources.files("reference").joinpath("migrations")))
     findings = Findings()
     try:
-        check_claim_refusals(store, findings)
+        check_behaviour(world, store, findings)
         children = _future_children(world, store, findings)
         with psycopg.connect(store.world.admin_dsn(dbname=store.dbname), autocommit=True) as conn:
             relations = _all(conn, "relations")

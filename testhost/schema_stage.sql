@@ -77,6 +77,3 @@ order by 1;
 select date_trunc('month', %(at)s::timestamptz at time zone 'UTC') at time zone 'UTC' as current_month,
        (date_trunc('month', %(at)s::timestamptz at time zone 'UTC') + interval '1 month') at time zone 'UTC'
            as next_month;
-
--- name: claim
-select * from appsurface_durable.claim_schedule_dispatch(%(owner)s::text, %(duration)s::interval);

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from mutants import BY_NAME, Edit, Mutant, materialize
+from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
 from scenarios.generate import (DELETED_TERMINAL, GENERATORS, MOTIFS, NAMES, NOT_GENERATED, RELEASE_REFUSED, SWARM,
                                  Drawn, program_name, programs, scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
@@ -451,6 +451,23 @@ def test_certify_says_when_a_find_replays_with_other_code_than_found_it(tmp_path
     assert any(line.startswith("note: found-elsewhere was found by explore with this --impl running other code: ")
                and said in line for line in lines), lines
     assert report["run"]["replayed_with_other_code"] == [{"scenario": "found-elsewhere", "differences": [said]}]
+
+
+@pytest.mark.world
+def test_with_its_own_migrations_a_scope_leak_is_found_by_the_schema_stage_as_a_hostile_store(tmp_path):
+    """With --migrations the hostile stores include certify's schema stage on them: a scope that still authorizes
+    the next transaction on its connection is found, naming the scope sentence, with a replay through certify."""
+    mutant = BY_NAME["scope-bound-to-the-session"]
+    migrations = migrations_dir(mutant)
+    code, report = explore(Options(command=mutant.command, migrations=migrations, max_examples=1, hostile=1,
+                                   out=tmp_path / "found", report_dir=tmp_path / "report", progress=lambda line: None))
+    assert code == 1
+    assert {s["case"]: s["verdict"] for s in report["run"]["explore"]["hostile"]["stores"]} == {
+        "schema-version": "pass", "schema-stage": "fail"}
+    [found] = [f for f in report["run"]["explore"]["hostile"]["found"] if f["field"] == "migrations"]
+    assert found["check"] == "schema-local-scope" and mutant.rule in found["rule"]
+    assert json.loads(Path(found["file"]).read_text())["replay"] == (
+        f"crashproof certify --migrations {migrations} --scenario schema-version --impl {mutant.command}")
 
 
 @pytest.mark.world

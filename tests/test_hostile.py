@@ -194,6 +194,19 @@ def test_a_claim_function_granting_a_long_lease_fails_naming_the_duration(world,
     assert "schedule_dispatch" in failure["changed"]  # the lease it granted, seen in the snapshot
 
 
+@pytest.mark.parametrize("name, field", [("claim-cap-on-epoch", "lease_duration"),
+                                         ("owner-blank-by-ascii-only", "lease_owner")])
+def test_drawn_claims_alone_find_a_cap_on_the_parts_and_an_ascii_only_blank(world, tmp_path, name, field):
+    """Without the sweep: the calls drawn from the readings (a mixed-sign interval landing outside the cap on the
+    claim day, an owner of Unicode spaces and default-ignorable code points) find the mutant."""
+    mutant = BY_NAME[name]
+    search = _search(world, tmp_path, mutant.command, 150, migrations=migrations_dir(mutant), sweep=False)
+    failure = search.failure
+    assert failure is not None and failure["check"] == "hostile-claim-inputs", search.printable()
+    assert failure["input"]["field"] == field and mutant.rule in failure["rule"]
+    assert "schedule_dispatch" in failure["changed"]
+
+
 def test_an_implementation_that_dies_on_a_hostile_call_fails_and_is_restarted(world, tmp_path):
     command = launcher(DIES_ON_COMMAND_ID, tmp_path)
     search = _search(world, tmp_path, command, 0)

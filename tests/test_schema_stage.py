@@ -177,7 +177,7 @@ DEFECTS = {
         lambda _: "grant execute on function appsurface_durable.claim_schedule_dispatch(text, interval) to public;\n",
         {"schema-grants", "schema-security-definer"}, "PUBLIC may execute SECURITY DEFINER "
                                                       "appsurface_durable.claim_schedule_dispatch"),
-    "eleven-minute-lease": (_eleven_minute_claim, {"schema-claim-refusals"}, "'accepted': 'an eleven-minute lease'"),
+    "eleven-minute-lease": (_eleven_minute_claim, {"schema-claim-refusals"}, "'probe': 'an eleven-minute lease'"),
 }
 
 
@@ -203,6 +203,32 @@ def test_a_planted_schema_defect_fails_naming_its_rule(world, tmp_path, defect):
     assert any(evidence in str(found) for found in failing(case).values()), failing(case)
 
 
+# Each catalog mutant of the claim's limits and the local scope, with a finding its failure must show.
+SCHEMA_MUTANTS = {
+    "claim-cap-on-epoch": "1 mon -30 days 5 min on 15 January",
+    "claim-cap-at-whole-seconds": "a lease of ten minutes and one microsecond",
+    "claim-admits-zero-end": "a zero lease duration",
+    "claim-refuses-ten-minutes": "a lease of exactly ten minutes",
+    "owner-blank-by-ascii-only": "a no-break space",
+    "owner-format-characters-admitted": "a zero width joiner inside",
+    "scope-honoured-at-session-level": "left at session level",
+    "scope-bound-to-the-session": "in an earlier, committed transaction on the same connection",
+}
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("name", SCHEMA_MUTANTS)
+def test_each_schema_mutant_fails_the_stage_naming_its_sentence(world, name):
+    from mutants import BY_NAME, migrations_dir
+    mutant = BY_NAME[name]
+    case = run_schema_stage(world, migrations_dir(mutant))
+    found = failing(case)
+    assert case["verdict"] == "fail" and len(found) == 1, found
+    [(rule_name, evidence)] = found.items()
+    assert mutant.rule in SCHEMA_RULE[rule_name] and "schema-stage" in mutant.slice
+    assert any(SCHEMA_MUTANTS[name] in str(e) for e in evidence), evidence
+
+
 @pytest.mark.world
 def test_without_clock_control_the_partitions_of_today_are_checked(world, tmp_path):
     from testhost.world import ExternalWorld
@@ -214,6 +240,9 @@ def test_without_clock_control_the_partitions_of_today_are_checked(world, tmp_pa
     assert case["verdict"] == "pass", failing(case)
     partitions = next(c for c in case["checks"] if c["name"] == "schema-history-partitions")
     assert partitions["rows"] >= 2 + 2  # both months held, and each child's grants and policies examined
+    # Unfrozen, the claim probes run at the server's own time (refusals first) and are judged there.
+    claims = next(c for c in case["checks"] if c["name"] == "schema-claim-refusals")
+    assert claims["rows"] > 80
 
 
 def _databases(world) -> set[str]:
