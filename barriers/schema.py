@@ -112,10 +112,10 @@ SCHEMA_RULES = (
                "table but the queue keyed on scope_id = appsurface_durable.current_scope(); the queue on "
                "scope_routing_id = appsurface_durable.current_scope_routing_id() plus the dispatcher's read-only "
                "policy), with the exact policy shape: command, permissive, roles, USING and WITH CHECK"),
-    SchemaRule("schema-history-partitions", "ensure_schedule_history_partitions() creates the current and next "
-               "schedule_history partitions and applies forced RLS and exact child policy shape; the role recipe "
-               "validates exact role grants after child creation (checked with the server clock moved to a month "
-               "no migration made: partitions must then hold that month and the next)"),
+    SchemaRule("schema-history-partitions", "The role recipe validates exact role grants after child creation: "
+               "ensure_schedule_history_partitions() creates the current and next schedule_history partitions and "
+               "applies forced RLS, exact child policy shape and exact grants (checked with the server clock moved "
+               "to a month no migration made: partitions must then hold that month and the next)"),
     SchemaRule("schema-security-definer", "claim_schedule_dispatch is SECURITY DEFINER, and every SECURITY "
                "DEFINER function pins its search_path (set on the function, without public or $user, pg_temp "
                "listed last) and PUBLIC may not execute it"),

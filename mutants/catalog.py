@@ -20,6 +20,7 @@ ONE_COALESCED = ("Subsequent overlapping nominal instants are represented by at 
                  "occurrence.")
 RETRY_KEEPS_SLOT = "Retries, suspended Work, and any still-nonterminal Work do not release the slot."
 QUEUE_ONE = "For the default QueueOne plus RunOnce policy, a nonterminal target occupies the Schedule-wide slot."
+EXACT_GRANTS = "The role recipe validates exact role grants after child creation"
 NEXT_PASS = "The next bounded Schedule pass materializes the coalesced occurrence without waiting for another interval."
 ONE_CAPTURE = "Schedule create and update commands capture one PostgreSQL transaction_timestamp() value."
 SUPERSEDE = ("A generation update supersedes old unstarted occurrences, but an already started old-generation "
@@ -745,6 +746,16 @@ MUTANTS: tuple[Mutant, ...] = (
               "           claimable_at_utc = case when lease_owner is null then now_utc + interval '1 hour' "
               "else claimable_at_utc end\n"),),
         slice=("coalesce-terminal-callback",)),
+    Mutant(
+        "history-partition-updatable", EXACT_GRANTS,
+        "Each monthly history partition made after the migrations grants the runtime UPDATE beside SELECT and "
+        "INSERT, so a child created later holds more than the exact grants.",
+        (Edit("migrations/0004_schedule_protocol.sql",
+              "            execute format('grant select, insert on appsurface_durable.%I to appsurface_durable_runtime', "
+              "child);",
+              "            execute format('grant select, insert, update on appsurface_durable.%I to "
+              "appsurface_durable_runtime', child);"),),
+        slice=("schema-stage",)),
     Mutant(
         "grid-from-anchor", CUTOFF,
         "An Every's grid starts at its anchor: the instants before a future anchor (anchor + n·every, n < 0) are "
