@@ -388,7 +388,7 @@ NORMATIVE = (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "
         "processor's clock (`due-instants-decided`). Nominal instants are evaluated in (cursor_utc, cutoff_utc]: "
         "a cutoff exactly on an instant decides it in that pass, neither dropped nor left to a later pass, and "
-        "the cursor then stands exactly on it (`instants-behind-the-cursor-decided`, `pass-decides-what-was-due`; "
+        "the cursor then stands exactly on it (`pass-decides-what-was-due`; "
         "scenarios `cutoff-on-instant` for a grid and `single-instant-on-cutoff` for At and After, with the "
         "server clock frozen on the instant). An instant the cursor stands on is not decided again "
         "(`range-opens-after-the-cursor`).",
@@ -406,7 +406,7 @@ NORMATIVE = (
         "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
         "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
         "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it, to the microsecond "
-        "(`anomaly-suspends`, `anomaly-only-past-the-window`; scenario `safety-window-edge`: late by exactly a "
+        "(`anomaly-suspends`, `anomaly-only-past-the-window`; scenario `lateness-on-window`: late by exactly a "
         "120 s window recovers, by the window and one microsecond suspends).",
         "One due instant is a `nominal` occurrence with first = last = that instant. Two or more are one "
         "`recovery` occurrence with the range [first, last] under misfire policy `run-once`; under `skip` the "

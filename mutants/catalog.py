@@ -366,7 +366,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "    if first is None or first > cutoff or (timing.kind != \"every\" and first == cutoff):\n"),),
         slice=("single-instant-on-cutoff",)),
     Mutant(
-        "update-cursor-to-acceptance", HIGH_WATER,
+        "update-moves-cursor-back", HIGH_WATER,
         "An update sets the cursor to its accepted_at_utc instead of max(cursor, accepted_at_utc), so an update "
         "committed while the server clock stands behind the cursor moves it back (its own migrations carry no trigger "
         "that refuses a backward move).",
@@ -404,18 +404,18 @@ MUTANTS: tuple[Mutant, ...] = (
               "grant select, insert, update on appsurface_durable.schedule_generations to appsurface_durable_runtime;")),
         slice=("update-behind-cursor",)),
     Mutant(
-        "safety-window-inclusive", SAFETY_WINDOW,
+        "window-equal-suspends", SAFETY_WINDOW,
         "A lateness equal to the safety window is taken for an anomaly (lateness >= window) and suspends the schedule "
         "instead of deciding its recovery range.",
         (Edit("evaluator.py", "    if lateness > safety_window:\n", "    if lateness >= safety_window:\n"),),
-        slice=("safety-window-edge",)),
+        slice=("lateness-on-window",)),
     Mutant(
         "lateness-whole-seconds", ANOMALY,
         "Lateness and safety window are compared in whole seconds, so a cutoff late by the window and less than a "
         "second more is taken as inside it and decides a recovery range instead of suspending.",
         (Edit("evaluator.py", "    if lateness > safety_window:\n",
               "    if lateness // timedelta(seconds=1) > safety_window // timedelta(seconds=1):\n"),),
-        slice=("safety-window-edge",)),
+        slice=("lateness-on-window",)),
     Mutant(
         "hosted-processor", PASSIVE,
         "The adapter hosts its processor: once no request has come for half a second, a thread of its own runs "

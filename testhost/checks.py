@@ -791,61 +791,6 @@ def cursor_high_water(reads: list[dict]) -> CheckResult:
     return CheckResult("cursor-never-moves-back", HIGH_WATER, not evidence, evidence, rows)
 
 
-BEHIND_DECIDED = rule_of(
-    "instants-behind-the-cursor-decided",
-    "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL. "
-    "(The range includes its end: every nominal instant a schedule's cursor moved past between two consecutive reads "
-    "of its definition, after each step and in the final state, with one generation active at both, is decided in "
-    "the final state, in an occurrence of that generation or a skipped recovery range; an instant exactly at the "
-    "cutoff, which the cursor then stands on, included. Pairs across a restore drill are not judged.)")
-
-
-def instants_behind_cursor(observations: list[tuple[int, dict]], final: StoreState) -> CheckResult:
-    """Between the definitions seen after consecutive steps (and the last step and the final state), the instants of
-    the active generation in (cursor before, cursor after], against the occurrences and skipped ranges of the final
-    state. Only the reads from the last restore on are judged: a restore takes decided rows away."""
-    restored = [i for i, (_, seen) in enumerate(observations) if seen.get("restored")]
-    reads = observations[restored[-1]:] if restored else observations
-    pairs = list(zip(reads, reads[1:]))
-    if reads:
-        pairs.append((reads[-1], ("final", {"cursors": {str(d["schedule_id"]): d for d in final.definitions}})))
-    decided: dict[tuple[str, Any], list[tuple[datetime, datetime]]] = {}
-    for o in final.occurrences:
-        decided.setdefault((str(o["schedule_id"]), o["generation"]), []).append(
-            (o["first_nominal_utc"], o["last_nominal_utc"]))
-    for h in final.history:
-        if h["event"] == "recovery-skipped":
-            try:
-                span = (_instant(h["detail"]["first_nominal_utc"]), _instant(h["detail"]["last_nominal_utc"]))
-            except (KeyError, AttributeError, TypeError, ValueError):
-                continue  # an unreadable range is `processor-history`'s to judge
-            # A skipped range that names no generation counts for every generation of its schedule.
-            decided.setdefault((str(h["schedule_id"]), h.get("generation")), []).append(span)
-    generations = {(str(g["schedule_id"]), g["generation"]): g for g in final.generations}
-    evidence = []
-    rows = 0
-    for (step_a, seen_a), (step_b, seen_b) in pairs:
-        for schedule_id, before in seen_a.get("cursors", {}).items():
-            after = seen_b.get("cursors", {}).get(schedule_id)
-            if after is None or after["active_generation"] != before["active_generation"] \
-                    or after["lifecycle_state"] == "deleted" or after["cursor_utc"] <= before["cursor_utc"]:
-                continue
-            g = generations.get((schedule_id, after["active_generation"]))
-            if g is None:
-                continue
-            rows += 1
-            spans = decided.get((schedule_id, g["generation"]), []) + decided.get((schedule_id, None), [])
-            passed = _timing(g).instants_between(before["cursor_utc"], after["cursor_utc"])
-            missing = [t for t in passed if not any(first <= t <= last for first, last in spans)]
-            if missing:
-                evidence.append({"schedule_id": schedule_id, "generation": g["generation"],
-                                 "after_step": step_a + 1, "at_step": step_b if step_b == "final" else step_b + 1,
-                                 "cursor_before": instant_text(before["cursor_utc"]),
-                                 "cursor_after": instant_text(after["cursor_utc"]),
-                                 "passed_undecided": [instant_text(t) for t in missing[:5]], "count": len(missing)})
-    return CheckResult("instants-behind-the-cursor-decided", BEHIND_DECIDED, not evidence, evidence, rows)
-
-
 DUE_AT_PASS = rule_of(
     "pass-decides-what-was-due",
     "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL. "

@@ -27,7 +27,7 @@ from .cancel_pass import CancelPlan, keeps_committed
 from .checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
-                     cursor_high_water, definition_revision, generations_unchanged, instants_behind_cursor,
+                     cursor_high_water, definition_revision, generations_unchanged,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
                      normalize, one_pending_coalesced_seen, outcome_honesty, pass_decides_due, process_counts,
                      stall_took_over,
@@ -1187,7 +1187,6 @@ class CaseRun:
             checks.append(requeue_kept(self.coalesced_seen))
             checks.append(definition_revision(self.coalesced_seen, state))
             checks.append(generations_unchanged(self.coalesced_seen, state))
-            checks.append(instants_behind_cursor(self.coalesced_seen, state))
             checks.append(pass_decides_due(self.coalesced_seen, {(str(g["schedule_id"]), g["generation"]): g
                                                                  for g in state.generations}))
             self.barrier_facts.note_cursors("in the final state", {str(d["schedule_id"]): d["cursor_utc"]
