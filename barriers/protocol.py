@@ -403,17 +403,27 @@ NORMATIVE = (
     Section("Time: instants, lateness, recovery", (
         "The cutoff is PostgreSQL's time in the decision transaction (`transaction_timestamp()`), never the "
         "processor's clock (`due-instants-decided`). Nominal instants are evaluated in (cursor_utc, cutoff_utc]: "
-        "a cutoff exactly on an instant decides it, and the cursor then stands exactly on it (scenario "
-        "`cutoff-on-instant`, with the server clock frozen on the instant).",
+        "a cutoff exactly on an instant decides it in that pass, neither dropped nor left to a later pass, and "
+        "the cursor then stands exactly on it (`pass-decides-what-was-due`; "
+        "scenarios `cutoff-on-instant` for a grid and `single-instant-on-cutoff` for At and After, with the "
+        "server clock frozen on the instant). An instant the cursor stands on is not decided again "
+        "(`range-opens-after-the-cursor`).",
         "An Every grid is `anchor + n·every` for every integer n, negative included: with an anchor in the "
         "future, the instants before the anchor are due as they pass (`model-agreement`). At is its instant, "
         "After is `accepted_at_utc + after`. All arithmetic is in whole microseconds.",
         "If you offer `create` or `update`: a generation of an Every whose command gave no anchor stores as "
         "`anchor_utc` exactly its own `accepted_at_utc`, to the microsecond, an update's new generation as much as "
         "the first (`acceptance-anchor`; scenario `update-unanchored`).",
+        "If you offer `update`: it moves the cursor to max(cursor_utc, accepted_at_utc), never back, also when it "
+        "commits while the server clock stands behind the cursor or exactly on it; every read of a cursor, after "
+        "each step and at each barrier, is at or after the highest read before (`cursor-never-moves-back`; "
+        "scenarios `update-behind-cursor`, `update-on-cursor`). It adds a generation row and leaves every older "
+        "one, its target snapshot included, exactly as it was (`generations-never-rewritten`).",
         "Lateness is `cutoff − the first due instant after the cursor`. Lateness greater than the generation's "
         "safety window is an anomaly: the schedule is suspended with reason `clock-anomaly` and the cursor does not "
-        "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it (`anomaly-suspends`).",
+        "move (`suspension-keeps-the-cursor`); lateness equal to the window is inside it, to the microsecond "
+        "(`anomaly-suspends`, `anomaly-only-past-the-window`; scenario `lateness-on-window`: late by exactly a "
+        "120 s window recovers, by the window and one microsecond suspends).",
         "One due instant is a `nominal` occurrence with first = last = that instant. Two or more are one "
         "`recovery` occurrence with the range [first, last] under misfire policy `run-once`; under `skip` the "
         "range writes no occurrence at all, only the history row `recovery-skipped` (`processor-history`).",

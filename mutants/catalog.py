@@ -82,6 +82,15 @@ CANCEL_KEEPS = "Cancellation does not roll back a committed Schedule fact."
 BRIDGE_PROOF = ("A bridge must prove the connection's current_user is the configured runtime role before it sets "
                 "local scope state.")
 BRIDGE_NOT_RETRIABLE = "Access-denied and non-runtime bridge-role failures are not retriable."
+HIGH_WATER = "The cursor is a durable UTC high-water mark."
+NEVER_REWRITES = ("Updating an active or suspended definition creates a new generation and never rewrites its target "
+                  "snapshot.")
+# An implementation's own migrations (`--migrations`) without the schema's guard triggers: the behaviour is then seen
+# only in what the implementation writes.
+NO_CURSOR_TRIGGER = Edit("migrations/0004_schedule_protocol.sql",
+                         "create trigger cursor_never_moves_backwards before update on "
+                         "appsurface_durable.schedule_definitions\n"
+                         "    for each row execute function appsurface_durable.cursor_never_moves_backwards();\n", "")
 SQLSTATE_RETRY = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
                   "retry only after rollback.")
 
@@ -420,6 +429,79 @@ MUTANTS: tuple[Mutant, ...] = (
               "    cursor = cursor - MICROSECOND\n    first = next_after(timing, cursor)\n"
               "    if first is None or first > cutoff:\n"),),
         slice=("cutoff-on-instant",)),
+    Mutant(
+        "cutoff-end-excluded", CUTOFF,
+        "The decision evaluates (cursor_utc, cutoff_utc): an instant exactly at the cutoff is left out, and the cursor "
+        "still moves to the cutoff, so that instant is never decided.",
+        (Edit("evaluator.py", "    if first is None or first > cutoff:\n        return NoOp(\"nothing-due\")\n",
+              "    if first is None or first >= cutoff:\n        return NoOp(\"nothing-due\")\n"
+              "    cutoff = cutoff - MICROSECOND  # the range's end is open\n"),),
+        slice=("cutoff-on-instant",)),
+    Mutant(
+        "cutoff-end-deferred", CUTOFF,
+        "The decision evaluates (cursor_utc, cutoff_utc) and moves the cursor a microsecond short of the cutoff: an "
+        "instant exactly at the cutoff is left to a later pass, which decides it late.",
+        (Edit("processor.py", '        cutoff = state.fences["cutoff_utc"]\n',
+              '        cutoff = state.fences["cutoff_utc"] - timedelta(microseconds=1)  # the range\'s end is open\n'),),
+        slice=("cutoff-on-instant",)),
+    Mutant(
+        "single-instant-end-excluded", CUTOFF,
+        "An At or After instant is due only once the cutoff is past it (cursor_utc < instant < cutoff_utc): a pass whose "
+        "cutoff is exactly the instant decides nothing, and a later pass decides it late.",
+        (Edit("evaluator.py", "    if first is None or first > cutoff:\n",
+              "    if first is None or first > cutoff or (timing.kind != \"every\" and first == cutoff):\n"),),
+        slice=("single-instant-on-cutoff",)),
+    Mutant(
+        "update-moves-cursor-back", HIGH_WATER,
+        "An update sets the cursor to its accepted_at_utc instead of max(cursor, accepted_at_utc), so an update "
+        "committed while the server clock stands behind the cursor moves it back (its own migrations carry no trigger "
+        "that refuses a backward move).",
+        (Edit("client.py", '            cursor = max(current["cursor_utc"], accepted_at)\n',
+              '            cursor = accepted_at\n'), NO_CURSOR_TRIGGER),
+        slice=("update-behind-cursor",)),
+    Mutant(
+        "update-range-from-acceptance", HIGH_WATER,
+        "An update starts the new generation's range at its acceptance, inclusive, whenever the acceptance is not "
+        "behind the cursor: the cursor is set a microsecond before accepted_at_utc. An update committed exactly on the "
+        "cursor moves it back that microsecond, and the instant there is decided again by the new generation (its own "
+        "migrations carry no trigger that refuses a backward move).",
+        (Edit("client.py", '            cursor = max(current["cursor_utc"], accepted_at)\n',
+              '            cursor = (accepted_at - MICROSECOND if accepted_at >= current["cursor_utc"]\n'
+              '                      else current["cursor_utc"])\n'), NO_CURSOR_TRIGGER),
+        slice=("update-on-cursor",)),
+    Mutant(
+        "older-generations-retargeted", NEVER_REWRITES,
+        "An update also writes its new target (command and payload) into the older generations' rows, as a definition "
+        "kept in one place would (its own migrations grant the runtime UPDATE on the generations and carry no trigger "
+        "that refuses a rewrite).",
+        (Edit("client.py",
+              "            superseded = s.all(query(\"schedule\", \"supersede_pending\"),\n",
+              "            s.execute(\"update appsurface_durable.schedule_generations set target_command = %(command)s, \"\n"
+              "                      \"target_payload = %(payload)s where scope_id = appsurface_durable.current_scope() \"\n"
+              "                      \"and schedule_id = %(schedule_id)s and generation < %(generation)s\",\n"
+              "                      {\"command\": spec.target.command, \"payload\": Jsonb(spec.target.payload),\n"
+              "                       \"schedule_id\": schedule_id, \"generation\": generation})\n"
+              "            superseded = s.all(query(\"schedule\", \"supersede_pending\"),\n"),
+         Edit("migrations/0004_schedule_protocol.sql",
+              "create trigger generations_are_immutable before update or delete on appsurface_durable.schedule_generations\n"
+              "    for each row execute function appsurface_durable.generations_are_immutable();\n", ""),
+         Edit("migrations/0004_schedule_protocol.sql",
+              "grant select, insert on appsurface_durable.schedule_generations to appsurface_durable_runtime;",
+              "grant select, insert, update on appsurface_durable.schedule_generations to appsurface_durable_runtime;")),
+        slice=("update-behind-cursor",)),
+    Mutant(
+        "window-equal-suspends", SAFETY_WINDOW,
+        "A lateness equal to the safety window is taken for an anomaly (lateness >= window) and suspends the schedule "
+        "instead of deciding its recovery range.",
+        (Edit("evaluator.py", "    if lateness > safety_window:\n", "    if lateness >= safety_window:\n"),),
+        slice=("lateness-on-window",)),
+    Mutant(
+        "lateness-whole-seconds", ANOMALY,
+        "Lateness and safety window are compared in whole seconds, so a cutoff late by the window and less than a "
+        "second more is taken as inside it and decides a recovery range instead of suspending.",
+        (Edit("evaluator.py", "    if lateness > safety_window:\n",
+              "    if lateness // timedelta(seconds=1) > safety_window // timedelta(seconds=1):\n"),),
+        slice=("lateness-on-window",)),
     Mutant(
         "hosted-processor", PASSIVE,
         "The adapter hosts its processor: once no request has come for half a second, a thread of its own runs "

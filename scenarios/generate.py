@@ -544,15 +544,20 @@ def _on_grid(draw, drawn: Drawn, every: int, ahead: int, **fields) -> dict | Non
 
 
 def _motif_lateness_on_window(draw, drawn: Drawn) -> list[dict] | None:
-    """Note 3's edge: a pass whose lateness (its cutoff less the first instant due after the cursor) is exactly the
-    schedule's safety window, the clock frozen there, decides a recovery range; one a second later suspends for
-    the clock anomaly. The first instant due is the anchor, which lies past the acceptance."""
+    """Note 3's edge, from both sides: a pass whose lateness (its cutoff less the first instant due after the
+    cursor) is exactly the schedule's safety window, the clock frozen there, decides a recovery range; one a
+    microsecond later (the anchor a microsecond earlier: a frozen clock stands on whole seconds) or a second later
+    suspends for the clock anomaly. The first instant due is the anchor, which lies past the acceptance."""
     every, window = draw(st.sampled_from(((900, 7200), (60, 120))))
     created = _on_grid(draw, drawn, every, EDGE_AHEAD_S, safety_window_s=window)
     if created is None:
         return None
-    past = draw(st.sampled_from((0, 1)))  # on the edge first: shrinking goes there
-    frozen = drawn.now + EDGE_AHEAD_S + window + past
+    past = draw(st.sampled_from(("on", "microsecond", "second")))  # on the edge first: shrinking goes there
+    anchor = drawn.now + EDGE_AHEAD_S
+    if past == "microsecond":
+        created["spec"]["anchor"] = f"+{anchor - 1}.999999s"
+        drawn.grids.pop(created["schedule"])  # not on whole seconds: set-clock cannot freeze on it
+    frozen = anchor + window + (past == "second")
     drawn.now = frozen + 1
     return [{"op": "create", **created}, {"op": "set-clock", "at": _time(frozen), "freeze": True},
             {"op": "process"}, {"op": "advance", "seconds": 1}]
@@ -580,6 +585,26 @@ def _motif_update_behind_cursor(draw, drawn: Drawn) -> list[dict] | None:
     return [{"op": "create", **created}, {"op": "advance", "seconds": due}, {"op": "process"},
             {"op": "advance", "seconds": -back}, {"op": "update", "schedule": name, "spec": spec},
             {"op": "advance", "seconds": forward}, {"op": "process"}]
+
+
+def _motif_update_on_cursor(draw, drawn: Drawn) -> list[dict] | None:
+    """Note 8's other edge: a new anchored Every whose first instants a pass frozen on its grid skips as one range
+    (the cursor stands exactly on an instant, nothing materialized), an update accepted on the same frozen instant
+    (its acceptance equals the cursor) keeping the grid, and the pass an interval on, which decides only the
+    instant after it (37b)."""
+    every = draw(st.sampled_from((60, 90)))
+    created = _on_grid(draw, drawn, every, 0, misfire_policy="skip")
+    if created is None:
+        return None
+    name = created["schedule"]
+    frozen = drawn.now + 2 * every  # two instants: a range, skipped
+    drawn.now = frozen + every + 1
+    spec = {**created["spec"], "target": {"command": f"{name}-v2"}}
+    spec.pop("misfire_policy")
+    clock = {"op": "set-clock", "at": _time(frozen), "freeze": True}
+    return [{"op": "create", **created}, clock, {"op": "process"}, dict(clock),
+            {"op": "update", "schedule": name, "spec": spec}, {"op": "advance", "seconds": every + 1},
+            {"op": "process"}]
 
 
 def _motif_future_anchor(draw, drawn: Drawn) -> list[dict] | None:
@@ -664,6 +689,7 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "terminal-beside-decision": _motif_terminal_beside_decision,
     "lateness-on-window": _motif_lateness_on_window,
     "update-behind-cursor": _motif_update_behind_cursor,
+    "update-on-cursor": _motif_update_on_cursor,
     "future-anchor": _motif_future_anchor,
 }
 MOTIF_WEIGHT = 6

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -111,7 +112,15 @@ class BarrierFacts:
         self.evidence: dict[str, list] = {TOGETHER: [], WORK_INSIDE: [], STATES_SEEN: [], ROLES: []}
         self.rows: dict[str, int] = {TOGETHER: 0, WORK_INSIDE: 0, STATES_SEEN: 0, ROLES: 0}
         self.unread: list[str] = []
+        # Every read of a cursor in the case, in the order the reads were made (barriers, and the states after steps):
+        # {"at": where, "cursors": {schedule_id: cursor_utc}, "restored": a restore put older rows back first}.
+        self.cursor_reads: list[dict] = []
         self._lock = threading.Lock()
+
+    def note_cursors(self, where: str, cursors: dict[str, Any], *, restored: bool = False) -> None:
+        """Cursors read outside a barrier (the state after a step, the final state), in order with the barriers'."""
+        with self._lock:
+            self.cursor_reads.append({"at": where, "cursors": cursors, "restored": restored})
 
     def at_barrier(self, run: "CaseRun", impl: "Implementation", name: str, context: dict, fire: bool) -> None:
         """Read the barrier's schedule (before any fault is injected there) and judge it against its last read."""
@@ -127,7 +136,7 @@ class BarrierFacts:
         quiet = run.injection is None or fire  # no fault injected before this barrier
         alone = quiet and not run.concurrent and impl.label != "takeover"
         try:
-            facts, sessions = self._read(run, schedule_id, alone and name in OPEN_AT)
+            facts, sessions = self._read(run, schedule_id, alone and name in OPEN_AT, f"at {name} ({impl.label})")
         except psycopg.Error as exc:  # a barrier after a crash may meet a server still starting: not judged
             self.unread.append(f"{name}: {type(exc).__name__}")
             return
@@ -150,16 +159,20 @@ class BarrierFacts:
 
     def read(self, run: "CaseRun", schedule_id: str) -> dict:
         """A schedule's facts now, on the barrier reader (for a read outside `at_barrier`: a cancelled pass's)."""
-        return self._read(run, schedule_id, False)[0]
+        return self._read(run, schedule_id, False, "beside a cancelled pass")[0]
 
-    def _read(self, run: "CaseRun", schedule_id: str, sessions: bool) -> tuple[dict, list | None]:
+    def _read(self, run: "CaseRun", schedule_id: str, sessions: bool, where: str) -> tuple[dict, list | None]:
         """On the store's barrier reader, not the verifier's session: racers' barriers arrive on two threads at once,
-        and the verifier's is shared by threads that do not lock it. Read again once when a crash ended it."""
+        and the verifier's is shared by threads that do not lock it. Read again once when a crash ended it. The
+        cursor read is noted under the lock, so racers' reads are noted in the order they were made."""
         with self._lock:
             for attempt in (1, 2):
                 try:
                     with run.store.barrier_reader() as conn:
                         facts = read_facts(conn.cursor(row_factory=tuple_row), schedule_id, sessions)
+                    if facts["definition"] and facts["definition"].get("cursor_utc"):
+                        self.cursor_reads.append({"at": where, "restored": False, "cursors": {
+                            schedule_id: datetime.fromisoformat(facts["definition"]["cursor_utc"])}})
                     return facts, facts.pop("sessions") if sessions else None
                 except psycopg.OperationalError:
                     if attempt == 2:

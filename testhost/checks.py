@@ -759,6 +759,116 @@ def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:
     return CheckResult("idle-pass-keeps-cursor", IDLE_CURSOR, not evidence, evidence, rows)
 
 
+HIGH_WATER = rule_of(
+    "cursor-never-moves-back",
+    "The cursor is a durable UTC high-water mark. (Every read of a schedule's cursor_utc in a case, in the state "
+    "after each step, at each processor barrier the host reads and in the final state, is at or after the highest "
+    "read before it: no pass, update, release or recovery moves it back, not an update that commits while the server "
+    "clock stands behind the cursor (docs/protocol-notes.md, 8: it moves the cursor to max(cursor, accepted_at_utc)) "
+    "nor one that commits exactly on it. A restore drill, which puts an older backup back, starts the reads afresh.)")
+
+
+def cursor_high_water(reads: list[dict]) -> CheckResult:
+    """Across every read of the cursors, in the order made ({"at", "cursors": {schedule_id: cursor}, "restored"}):
+    a cursor read lower than the highest read of it before."""
+    evidence = []
+    rows = 0
+    highest: dict[str, tuple[datetime, str]] = {}
+    for read in reads:
+        if read.get("restored"):
+            highest = {}
+        for schedule_id, cursor in read["cursors"].items():
+            if cursor is None:
+                continue
+            rows += 1
+            mark = highest.get(schedule_id)
+            if mark is not None and cursor < mark[0]:
+                evidence.append({"schedule_id": schedule_id, "read": read["at"], "cursor_utc": instant_text(cursor),
+                                 "highest_read_before": instant_text(mark[0]), "read_there": mark[1],
+                                 "moved_back_by_s": (mark[0] - cursor).total_seconds()})
+            elif mark is None or cursor > mark[0]:
+                highest[schedule_id] = (cursor, read["at"])
+    return CheckResult("cursor-never-moves-back", HIGH_WATER, not evidence, evidence, rows)
+
+
+DUE_AT_PASS = rule_of(
+    "pass-decides-what-was-due",
+    "A processor evaluates nominal instants in (cursor_utc, cutoff_utc], where the cutoff comes from PostgreSQL. "
+    "(A pass decides what is due when it runs, the end of its range included: once a `process` or `race` step is "
+    "over, with no fault in the case yet, every schedule whose dispatch row it claimed and that is still active in "
+    "the same generation has no nominal instant left in (cursor_utc, T], T the server time read after the step "
+    "before. The cutoff is at or after T; on a clock frozen for the step it is T, so an instant exactly at the "
+    "cutoff is that pass's to decide, not a later one's.)")
+
+
+def pass_decides_due(observations: list[tuple[int, dict]], generations: dict) -> CheckResult:
+    """Per clean pass step: the schedules it claimed (their lease generation moved) against the instants due at the
+    server time seen after the step before. `generations`: (schedule_id text, number) -> generation row."""
+    evidence = []
+    rows = 0
+    for (step_a, seen_a), (step_b, seen_b) in _consecutive(observations):
+        began = (seen_a.get("processor") or {}).get("server_now")
+        if not seen_b.get("clean_pass") or began is None:
+            continue
+        for schedule_id, before in seen_a.get("cursors", {}).items():
+            after = seen_b.get("cursors", {}).get(schedule_id)
+            if after is None or after.get("lease_generation") == before.get("lease_generation") \
+                    or after["lifecycle_state"] != "active" or after["active_generation"] != before["active_generation"]:
+                continue
+            g = generations.get((schedule_id, after["active_generation"]))
+            if g is None:
+                continue
+            rows += 1
+            left = _timing(g).instants_between(after["cursor_utc"], began)
+            if left:
+                evidence.append({"schedule_id": schedule_id, "step": step_b + 1, "claimed_by_the_pass": True,
+                                 "server_time_before_the_pass": instant_text(began),
+                                 "cursor_after_the_pass": instant_text(after["cursor_utc"]),
+                                 "left_undecided": [instant_text(t) for t in left[:5]], "count": len(left)})
+    return CheckResult("pass-decides-what-was-due", DUE_AT_PASS, not evidence, evidence, rows)
+
+
+NEVER_REWRITTEN = rule_of(
+    "generations-never-rewritten",
+    "Updating an active or suspended definition creates a new generation and never rewrites its target snapshot. "
+    "(Every schedule_generations row, its target snapshot and the rest of the definition it froze, reads the same in "
+    "the state after every step and in the final state as when it was first read, and is never gone: an update only "
+    "adds a row. A restore drill, which puts an older backup back, starts the reads afresh.)")
+
+
+def generations_unchanged(observations: list[tuple[int, dict]], final: StoreState | None = None) -> CheckResult:
+    """Each generation row against its first read, in the states seen after each step and the final state."""
+    reads = [(step + 1, seen.get("generations"), seen.get("restored")) for step, seen in observations]
+    if final is not None:
+        reads.append(("final", {(str(g["schedule_id"]), g["generation"]): dict(g) for g in final.generations}, False))
+    first: dict[tuple[str, int], tuple[Any, dict]] = {}
+    evidence = []
+    rows = 0
+    for step, generations, restored in reads:
+        if generations is None:
+            continue
+        if restored:
+            first = {}
+        for key, (seen_at, row) in first.items():
+            rows += 1
+            now = generations.get(key)
+            if now is None:
+                evidence.append({"schedule_id": key[0], "generation": key[1], "first_read_after_step": seen_at,
+                                 "at_step": step, "gone": True})
+            elif now != row:
+                evidence.append({"schedule_id": key[0], "generation": key[1], "first_read_after_step": seen_at,
+                                 "at_step": step, "rewritten": {c: [_seen_text(row.get(c)), _seen_text(now.get(c))]
+                                                                for c in sorted(set(row) | set(now))
+                                                                if row.get(c) != now.get(c)}})
+        for key, row in generations.items():
+            first.setdefault(key, (step, row))
+    # Report each rewrite once: the first step that showed it.
+    seen: set = set()
+    evidence = [e for e in evidence if (e["schedule_id"], e["generation"]) not in seen
+                and not seen.add((e["schedule_id"], e["generation"]))]
+    return CheckResult("generations-never-rewritten", NEVER_REWRITTEN, not evidence, evidence, rows)
+
+
 FENCE_SEEN = rule_of(
     "fence-before-cursor-at-every-step",
     "A mismatch suspends the Schedule before it moves the cursor or accepts Work. (Seen after every step: while "

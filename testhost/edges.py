@@ -40,7 +40,8 @@ class Edge:
 EDGES: tuple[Edge, ...] = (
     Edge("cutoff-end-included", "26d", "The range (cursor_utc, cutoff_utc] includes its end", m.CUTOFF,
          "an instant equal to the cutoff is decided in that pass",
-         ("cutoff-on-instant",), ("past-frozen-instant",), ("cutoff-end-excluded",)),
+         ("cutoff-on-instant", "single-instant-on-cutoff"), ("past-frozen-instant",),
+         ("cutoff-end-excluded", "cutoff-end-deferred", "single-instant-end-excluded")),
     Edge("cursor-start-excluded", "29f", "The cursor's end of (cursor_utc, cutoff_utc]", m.CUTOFF,
          "an instant equal to the cursor was decided before and is not decided again",
          ("cutoff-on-instant",), ("past-frozen-instant",), ("cursor-end-included",)),
@@ -51,6 +52,9 @@ EDGES: tuple[Edge, ...] = (
     Edge("lateness-equal-window", "3", "Safety window and \"anomalously large\"", m.SAFETY_WINDOW,
          "lateness exactly equal to the safety window is inside it: a recovery range, no suspension",
          ("lateness-on-window",), ("lateness-on-window",), ("window-equal-suspends",)),
+    Edge("lateness-past-window", "3", "Safety window and \"anomalously large\"", m.ANOMALY,
+         "lateness a microsecond past the safety window is an anomaly: the schedule suspends, its cursor kept",
+         ("lateness-on-window",), ("lateness-on-window",), ("lateness-whole-seconds",)),
     Edge("update-behind-cursor", "8", "Update moves the cursor to `max(cursor, accepted_at_utc)`", HIGH_WATER,
          "an update accepted while the server clock is behind the cursor leaves the cursor where it was",
          ("update-behind-cursor",), ("update-behind-cursor",), ("update-moves-cursor-back",)),
@@ -58,6 +62,10 @@ EDGES: tuple[Edge, ...] = (
          "a pass over more due schedules than its maximum_schedules claims exactly that many, not one more",
          ("safety-window-sides", "max-schedules-crash-middle"), ("many-schedules",),
          ("maximum-schedules-plus-one",)),
+    Edge("update-on-cursor", "8", "Update moves the cursor to `max(cursor, accepted_at_utc)`", HIGH_WATER,
+         "an update accepted exactly on the cursor leaves it there: the instant it stands on is not decided again "
+         "by the new generation",
+         ("update-on-cursor",), ("update-on-cursor",), ("update-range-from-acceptance",)),
     Edge("lease-cap-at-end", "24i", "The lease cap is checked where the lease ends", m.CLAIM_LIMITS,
          "a lease ending exactly ten minutes after the claim is granted, one ending later or not after it is "
          "refused, whatever months, days and time of mixed signs the interval holds",

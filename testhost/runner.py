@@ -27,9 +27,10 @@ from .cancel_pass import CancelPlan, keeps_committed
 from .checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
                      beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
-                     definition_revision,
+                     cursor_high_water, definition_revision, generations_unchanged,
                      fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
-                     normalize, one_pending_coalesced_seen, outcome_honesty, process_counts, stall_took_over,
+                     normalize, one_pending_coalesced_seen, outcome_honesty, pass_decides_due, process_counts,
+                     stall_took_over,
                      universal, work_own_clock)
 from .checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor, requeue_kept
 from .commands import results as command_results
@@ -426,7 +427,8 @@ class CaseRun:
                 "appsurface_durable.schedule_history h where h.schedule_id = d.schedule_id "
                 "and h.event = 'recovery-skipped') as skipped, (select count(*) from "
                 "appsurface_durable.schedule_occurrences o where o.schedule_id = d.schedule_id "
-                "and o.work_id is not null) as linked "
+                "and o.work_id is not null) as linked, (select q.lease_generation from "
+                "appsurface_durable.schedule_dispatch q where q.schedule_id = d.schedule_id) as lease_generation "
                 "from appsurface_durable.schedule_definitions d")
             # What only a processor writes, store-wide, to tell a stretch with no pass asked that changed it; and the
             # schedules a pending coalesced occurrence waits in with its slot free and no lease held: a Work's
@@ -445,7 +447,10 @@ class CaseRun:
                 "and not exists (select 1 from appsurface_durable.schedule_occurrences o join "
                 "appsurface_durable.work_items w on w.work_id = o.work_id where o.schedule_id = d.schedule_id "
                 "and o.state = 'materialized' and w.state not in ('succeeded', 'failed', 'canceled'))) as requeued")
+            # Every generation row as it reads now, to hold each to what it was when first read.
+            generations = conn.execute("select * from appsurface_durable.schedule_generations")
         rows, cursors, processor_facts = rows.fetchall(), cursors.fetchall(), dict(processor_facts.fetchone())
+        generations = {(str(g["schedule_id"]), g["generation"]): dict(g) for g in generations.fetchall()}
         requeued = [{"schedule_id": r["schedule_id"], "server_now": processor_facts["server_now"],
                      "claimable_at_utc": datetime.fromisoformat(r["claimable_at_utc"])
                      if r["claimable_at_utc"] else None} for r in processor_facts.pop("requeued")]
@@ -461,8 +466,21 @@ class CaseRun:
                                             # a restore put older rows back: not a move of this timeline
                                             "restored": self.restored_at_step,
                                             "passes_asked": self.passes_asked, "processor": processor_facts,
-                                            "requeued": {r["schedule_id"]: dict(r) for r in requeued}}))
+                                            "requeued": {r["schedule_id"]: dict(r) for r in requeued},
+                                            "generations": generations,
+                                            # a pass step the checks may hold to what was due when it began: no fault
+                                            # so far, no refusal expected or bridge denied
+                                            "clean_pass": self.clean_pass(index)}))
+        self.barrier_facts.note_cursors(f"after step {index + 1}", {r["schedule_id"]: r["cursor_utc"] for r in cursors},
+                                        restored=self.restored_at_step)
         self.restored_at_step = False
+
+    def clean_pass(self, index: int) -> bool:
+        """Step `index` was a pass (`process` or `race`) with no fault injected by its end, no refusal expected of it
+        and no bridge to be denied."""
+        step = self.scenario.steps[index] if 0 <= index < len(self.scenario.steps) else None
+        return step is not None and step.op in ("process", "race") and self.injection is None \
+            and "expect" not in step.args and pass_denial(self.scenario, step) is None
 
     def _dispatch_rows(self, schedule_id: str | None = None) -> list:
         """Dispatch rows with their timing (one schedule's, or all)."""
@@ -1203,6 +1221,12 @@ class CaseRun:
             checks.append(passive_processor(self.coalesced_seen, self.started))
             checks.append(requeue_kept(self.coalesced_seen))
             checks.append(definition_revision(self.coalesced_seen, state))
+            checks.append(generations_unchanged(self.coalesced_seen, state))
+            checks.append(pass_decides_due(self.coalesced_seen, {(str(g["schedule_id"]), g["generation"]): g
+                                                                 for g in state.generations}))
+            self.barrier_facts.note_cursors("in the final state", {str(d["schedule_id"]): d["cursor_utc"]
+                                                                   for d in state.definitions})
+            checks.append(cursor_high_water(self.barrier_facts.cursor_reads))
             if self.late_check is not None:
                 checks.append(self.late_check)
             picture = normalize(state, self.schedule_ids)

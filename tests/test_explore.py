@@ -178,12 +178,16 @@ def _motifs(steps: list[dict]) -> set[str]:
             found.add("terminal-beside-decision")
         if s["op"] == "create" and spec.get("kind") == "every" and "safety_window_s" in spec and \
                 "anchor" in spec and after.startswith("set-clock process advance") and \
-                0 <= _seconds(steps[i + 1]["at"]) - _seconds(spec["anchor"]) - spec["safety_window_s"] <= 1:
+                0 <= round(_seconds(steps[i + 1]["at"]) - _seconds(spec["anchor"]) - spec["safety_window_s"], 6) <= 1:
             found.add("lateness-on-window")
         if s["op"] == "advance" and s["seconds"] < 0 and i > 2 and steps[i - 1]["op"] == "process" and \
                 steps[i - 3]["op"] == "create" and (steps[i - 3]["spec"].get("misfire_policy") == "skip") and \
                 after.startswith("update advance process") and steps[i + 2]["seconds"] > -s["seconds"]:
             found.add("update-behind-cursor")
+        if s["op"] == "create" and spec.get("misfire_policy") == "skip" and \
+                after.startswith("set-clock process set-clock update advance process") and \
+                steps[i + 1]["at"] == steps[i + 3]["at"]:
+            found.add("update-on-cursor")
         if s["op"] == "create" and spec.get("kind") == "every" and "anchor" in spec and \
                 after.startswith("advance process") and steps[i + 1]["seconds"] == 2 * spec["every_s"] + 1 and \
                 _seconds(spec["anchor"]) > 600:
