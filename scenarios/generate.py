@@ -563,6 +563,31 @@ def _motif_lateness_on_window(draw, drawn: Drawn) -> list[dict] | None:
             {"op": "process"}, {"op": "advance", "seconds": 1}]
 
 
+def _motif_single_instant_on_cutoff(draw, drawn: Drawn) -> list[dict] | None:
+    """Note 26d's edge for the single instants: an At (or an After) whose instant a pass frozen exactly on it
+    decides, then the clock let run on."""
+    created = _create(draw, drawn, kind="at")
+    if created is None:
+        return None
+    name = created["schedule"]
+    drawn.every.pop(name, None)  # a first create may have been drawn an Every (the intervals feature): not here
+    drawn.grids.pop(name, None)
+    spec = created["spec"] = {"kind": draw(st.sampled_from(("at", "after"))), "target": {"command": f"{name}-v1"}}
+    ahead = EDGE_AHEAD_S
+    if spec["kind"] == "at":
+        instant = drawn.now + ahead
+        spec["at"] = _time(instant)
+        drawn.at[name] = instant
+    else:
+        # The After instant is its acceptance plus the delay: on a clock frozen for the create, exactly known.
+        spec["after_s"] = ahead
+        instant = drawn.now + 30 + ahead
+    steps = [] if spec["kind"] == "at" else [{"op": "set-clock", "at": _time(drawn.now + 30), "freeze": True}]
+    drawn.now = instant + 1
+    return steps + [{"op": "create", **created}, {"op": "set-clock", "at": _time(instant), "freeze": True},
+                    {"op": "process"}, {"op": "advance", "seconds": 1}]
+
+
 def _motif_update_behind_cursor(draw, drawn: Drawn) -> list[dict] | None:
     """Note 8's edge: a new Every's first instants skipped as a recovery range (its cursor at the pass's cutoff,
     nothing materialized), the clock set back behind the cursor, an update accepted there (the cursor stays:
@@ -688,6 +713,7 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "past-frozen-instant": _motif_past_frozen_instant,
     "terminal-beside-decision": _motif_terminal_beside_decision,
     "lateness-on-window": _motif_lateness_on_window,
+    "single-instant-on-cutoff": _motif_single_instant_on_cutoff,
     "update-behind-cursor": _motif_update_behind_cursor,
     "update-on-cursor": _motif_update_on_cursor,
     "future-anchor": _motif_future_anchor,

@@ -40,7 +40,7 @@ class Edge:
 EDGES: tuple[Edge, ...] = (
     Edge("cutoff-end-included", "26d", "The range (cursor_utc, cutoff_utc] includes its end", m.CUTOFF,
          "an instant equal to the cutoff is decided in that pass",
-         ("cutoff-on-instant", "single-instant-on-cutoff"), ("past-frozen-instant",),
+         ("cutoff-on-instant", "single-instant-on-cutoff"), ("past-frozen-instant", "single-instant-on-cutoff"),
          ("cutoff-end-excluded", "cutoff-end-deferred", "single-instant-end-excluded")),
     Edge("cursor-start-excluded", "29f", "The cursor's end of (cursor_utc, cutoff_utc]", m.CUTOFF,
          "an instant equal to the cursor was decided before and is not decided again",

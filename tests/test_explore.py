@@ -184,6 +184,12 @@ def _motifs(steps: list[dict]) -> set[str]:
                 steps[i - 3]["op"] == "create" and (steps[i - 3]["spec"].get("misfire_policy") == "skip") and \
                 after.startswith("update advance process") and steps[i + 2]["seconds"] > -s["seconds"]:
             found.add("update-behind-cursor")
+        if s["op"] == "create" and spec.get("kind") in ("at", "after") and \
+                after.startswith("set-clock process advance") and (
+                    spec.get("at") == steps[i + 1]["at"] or (spec.get("after_s") and i and steps[i - 1]["op"] ==
+                                                              "set-clock" and _seconds(steps[i + 1]["at"]) ==
+                                                              _seconds(steps[i - 1]["at"]) + spec["after_s"])):
+            found.add("single-instant-on-cutoff")
         if s["op"] == "create" and spec.get("misfire_policy") == "skip" and \
                 after.startswith("set-clock process set-clock update advance process") and \
                 steps[i + 1]["at"] == steps[i + 3]["at"]:
