@@ -839,6 +839,21 @@ MUTANTS: tuple[Mutant, ...] = (
               "appsurface_durable_runtime', child);"),),
         slice=("schema-stage",)),
     Mutant(
+        "duration-cap-admits-one-more", PROBLEM_RESULTS,
+        "A duration is checked against 10^10 + 1 seconds instead of 10^10, so a definition one second past the cap "
+        "is stored instead of answering the validation problem.",
+        (Edit("wire.py", "    if not math.isfinite(value) or abs(value) > MAX_SECONDS:\n",
+              "    if not math.isfinite(value) or abs(value) > MAX_SECONDS + 1:\n"),),
+        slice=("duration-edges",)),
+    Mutant(
+        "duration-under-a-microsecond-rounded-up", PROBLEM_RESULTS,
+        "A positive duration under a microsecond is rounded up to one microsecond and stored instead of answering "
+        "the validation problem (PostgreSQL's resolution makes it zero).",
+        (Edit("wire.py", "    return timedelta(seconds=value)\n",
+              "    return max(timedelta(seconds=value), timedelta(microseconds=1)) if value > 0 else "
+              "timedelta(seconds=value)\n"),),
+        slice=("duration-edges",)),
+    Mutant(
         "grid-from-anchor", CUTOFF,
         "An Every's grid starts at its anchor: the instants before a future anchor (anchor + n·every, n < 0) are "
         "never evaluated, so the first one decided is the anchor itself.",

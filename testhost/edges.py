@@ -66,6 +66,11 @@ EDGES: tuple[Edge, ...] = (
          "an update accepted exactly on the cursor leaves it there: the instant it stands on is not decided again "
          "by the new generation",
          ("update-on-cursor",), ("update-on-cursor",), ("update-range-from-acceptance",)),
+    Edge("duration-bounds", "35e", "A duration is a finite JSON number of seconds", m.PROBLEM_RESULTS,
+         "a duration of one microsecond and one of 10^10 s are lawful; 1e-7 s (zero at PostgreSQL's resolution) and "
+         "10^10 + 1 s are refused with the validation problem",
+         ("duration-edges",), (HOSTILE + "spec.after_s", HOSTILE + "spec.every_s"),
+         ("duration-cap-admits-one-more", "duration-under-a-microsecond-rounded-up")),
     Edge("lease-cap-at-end", "24i", "The lease cap is checked where the lease ends", m.CLAIM_LIMITS,
          "a lease ending exactly ten minutes after the claim is granted, one ending later or not after it is "
          "refused, whatever months, days and time of mixed signs the interval holds",
