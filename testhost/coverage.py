@@ -130,7 +130,7 @@ def marker_problems(page: Path | None = None) -> list[tuple[str, list[str]]]:
 def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """What an edge of testhost/edges.py lacks: its note, a scenario standing on it, a draw of explore aimed at
     it, a mutant breaking its sentence there (and certification.md citing that mutant under the sentence)."""
-    from scenarios.generate import SWARM
+    from scenarios.generate import MOTIFS, SWARM
     from scenarios.hostile import sweep
     from scenarios.model import load_catalog
 
@@ -147,7 +147,7 @@ def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> lis
     if not edge.scenarios:
         found.append("no scenario of the matrix stands on it")
     hostile = {HOSTILE + h.field for h in sweep("00000000-0000-0000-0000-000000000000", 1)}
-    found += [f"no explore draw {name}" for name in edge.draws if name not in set(SWARM) | hostile]
+    found += [f"no explore draw {name}" for name in edge.draws if name not in set(SWARM) | set(MOTIFS) | hostile]
     if not edge.draws:
         found.append("explore draws it only by chance")
     found += [f"mutant {name} is not in the catalog" for name in edge.mutants if name not in proofs]

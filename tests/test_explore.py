@@ -17,8 +17,9 @@ from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
-from scenarios.generate import (DELETED_TERMINAL, GENERATORS, MOTIFS, NAMES, NOT_GENERATED, RELEASE_REFUSED, SWARM,
-                                 Drawn, program_name, programs, scenario_programs, scenario_toml, toml_value)
+from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
+                                 NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, program_name, programs,
+                                 scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.explore import Options, explore, progress_line, reproduced_line
@@ -77,13 +78,13 @@ def test_a_drawn_program_with_its_header_is_a_valid_scenario_file(program):
     if any(s.get("processor") == "B" for s in steps):
         assert scenario.instances["B"].runtime_login == "member" and not any(s["op"] == "race" for s in steps)
     epoch = False
-    for step in steps:
+    for i, step in enumerate(steps):
         epoch = epoch or step["op"] == "advance-epoch"
         if step["op"] == "release":
             # No runtime epoch advanced before it: refused in every run, under the sentences that say why.
             assert (step["expect"], step.get("rule")) == (("any", None) if epoch else ("fail", RELEASE_REFUSED))
-        if step["op"] == "set-clock":
-            assert step["freeze"] and steps[steps.index(step) + 1]["op"] == "process"
+        if step["op"] == "set-clock":  # a pass on the frozen instant, or a client command accepted exactly there
+            assert step["freeze"] and steps[i + 1]["op"] in ("process", "create", "update")
         if step["op"] == "plant-work":  # one foreign Work per key: the Work store refuses a second
             assert sum(s == step for s in steps) == 1
         if "revoke" in step or step.get("processor") == "B":
@@ -198,6 +199,7 @@ def _motifs(steps: list[dict]) -> set[str]:
                 after.startswith("advance process") and steps[i + 1]["seconds"] == 2 * spec["every_s"] + 1 and \
                 _seconds(spec["anchor"]) > 600:
             found.add("future-anchor")
+    found |= {EDGES_FEATURE} if found & set(EDGE_MOTIFS) else set()
     return found if ops else set()
 
 
@@ -226,7 +228,7 @@ def _terminal_beside_decision(steps: list[dict], i: int) -> bool:
         and during["state"] in ("succeeded", "failed", "canceled")
 
 
-@pytest.mark.parametrize("feature", SWARM)
+@pytest.mark.parametrize("feature", SWARM + EDGE_MOTIFS)
 def test_every_swarm_feature_is_drawn(feature):
     """A feature the generator never draws is untested: each shows up in some program."""
     found = find(scenario_programs(max_steps=10), lambda program: feature in _features(*program),
@@ -476,8 +478,9 @@ def test_with_its_own_migrations_a_scope_leak_is_found_by_the_schema_stage_as_a_
         "schema-version": "pass", "schema-stage": "fail"}
     [found] = [f for f in report["run"]["explore"]["hostile"]["found"] if f["field"] == "migrations"]
     assert found["check"] == "schema-local-scope" and mutant.rule in found["rule"]
-    assert json.loads(Path(found["file"]).read_text())["replay"] == (
-        f"crashproof certify --migrations {migrations} --scenario schema-version --impl {mutant.command}")
+    written = json.loads(Path(found["file"]).read_text())
+    assert written["replay"] == (f"cd {shlex.quote(written['code']['cwd'])} && crashproof certify --migrations "
+                                 f"{migrations} --scenario schema-version --impl {shlex.quote(mutant.command)}")
 
 
 @pytest.mark.world
