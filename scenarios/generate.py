@@ -775,7 +775,7 @@ def scenario_programs(draw, max_steps: int = 8) -> tuple[list[dict], dict]:
         _plant_early(draw, drawn, create, steps)
     # Half the programs are as long as allowed: short ones rarely let time pass and process what fell due.
     motifs = tuple(name for name in MOTIFS if name not in EDGE_MOTIFS and drawn.on(name))
-    motifs += (EDGES_FEATURE,) if drawn.on(EDGES_FEATURE) else ()
+    motifs += (EDGES_FEATURE,) * len(EDGE_MOTIFS) if drawn.on(EDGES_FEATURE) else ()  # each edge a motif's share
     weighted += ("motif",) * MOTIF_WEIGHT if motifs else ()
     for _ in range(draw(st.integers(0, max_steps - 1) | st.just(max_steps - 1))):
         op = draw(st.sampled_from(weighted))
