@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hypothesis import strategies as st
+from hypothesis import Phase, find, settings, strategies as st
+from hypothesis.errors import NoSuchExample
 
 from .steps import BESIDE_AFTER_DECISION, BESIDE_BARRIERS, LEASE_CANCEL_BARRIERS, STEPS
 
@@ -724,6 +725,39 @@ MOTIF_WEIGHT = 6
 EDGE_MOTIFS = ("lateness-on-window", "single-instant-on-cutoff", "update-behind-cursor", "update-on-cursor",
                "future-anchor")
 EDGES_FEATURE = "edges"
+
+
+TIMING = ("kind", "at", "after_s", "every_s", "anchor", "safety_window_s")
+
+
+def _timing(step: dict) -> dict:
+    """A step as far as where it stands in time: two programs alike in this are one way onto an edge."""
+    spec = step.get("spec") or {}
+    return {"op": step["op"], "at": step.get("at"), "seconds": step.get("seconds"),
+            "spec": {k: spec[k] for k in TIMING if k in spec}}
+
+
+def motif_programs(name: str, examples: int = 12) -> list[tuple[list[dict], dict]]:
+    """The programs a motif writes from a fresh start, one per way it stands in time (its steps' clock moves and
+    timings), each with a pass (a motif that could not set its situation up writes none), in the order drawn: for
+    an edge motif, each way it stands on its edge or beside it."""
+    @st.composite
+    def alone(draw):
+        drawn = Drawn()
+        return MOTIFS[name](draw, drawn), drawn.header
+
+    seen: dict[str, tuple[list[dict], dict]] = {}
+
+    def keep(program) -> bool:
+        if any(step["op"] == "process" for step in program[0]):
+            seen.setdefault(json.dumps([_timing(step) for step in program[0]], sort_keys=True), program)
+        return False
+    try:
+        find(alone(), keep, settings=settings(max_examples=examples, database=None, deadline=None, derandomize=True,
+                                              phases=(Phase.generate,)))
+    except NoSuchExample:
+        pass
+    return list(seen.values())
 
 
 # op -> (weight, how its fields are drawn); shrinking moves towards the first kinds.

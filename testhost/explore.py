@@ -62,7 +62,7 @@ def _job(job: dict, updates) -> dict:
                     migrations=Path(job["migrations"]) if job["migrations"] else None, deadline=deadline)
     search.stats.hostile, search.stats.hostile_failures = hostile["inputs"], hostile["failures"]
     if hostile["failure"] is None:
-        search.run(job["seed"], job["max_examples"])
+        search.run(job["seed"], job["max_examples"], edges=job["index"] == 0)
     cases = [case if case["verdict"] != "pass" else {**case, "timeline": []} for case in search.cases]
     return {"stats": search.stats.to_json(), "failure": search.failure, "blob": search.blob, "cases": cases,
             "seed": job["seed"], "index": job["index"], "hostile": hostile}
@@ -164,7 +164,8 @@ def progress_line(stats: dict, elapsed: float) -> str:
     fired = ", ".join(f"{fault} {n}" for fault, n in sorted(stats["fired"].items())) or "none"
     hostile = f", {stats['hostile']} hostile ({stats.get('hostile_failures', 0)} not refused)" \
         if "hostile" in stats else ""
-    return (f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted "
+    edges = f"{stats['edge_programs']} edge programs, " if stats.get("edge_programs") else ""
+    return (f"explore: {edges}{stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted "
             f"(fired: {fired}), {stats['failures']} failures{hostile}, {int(elapsed)}s")
 
 
@@ -381,7 +382,8 @@ def explore(options: Options) -> tuple[int, dict]:
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
               f"{item['file']}" + (f"\n  replay: {item['replay']}" if "replay" in item else ""))
     print("\n".join(reports.which_code_text(report["implementation"])))
-    print(f"explore: {stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted cases in "
+    print(f"explore: {stats['edge_programs']} edge programs, {stats['examples']} examples, {stats['steps']} steps, "
+          f"{stats['faulted']} faulted cases in "
           f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
           f"{rate['faulted_per_s']} faulted/s); {hostile['inputs']} hostile calls in {hostile['seconds']:.0f}s; "
           f"{len(found) + len(hostile_found)} failure(s); report: {report_dir / 'report.json'}")

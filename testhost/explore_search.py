@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis.reporting import with_reporter
 
-from scenarios.generate import program_name, scenario_programs, scenario_toml
+from scenarios.generate import EDGE_MOTIFS, motif_programs, program_name, scenario_programs, scenario_toml
 from scenarios.matrix import expand
 from scenarios.model import parse
 
@@ -65,6 +65,7 @@ class Stats:
     failures: int = 0
     shrinks: int = 0
     rejected: int = 0  # programs set aside: a step beside a barrier its pass never reached
+    edge_programs: int = 0  # the edge sweep's programs: each edge motif's ways onto its edge, run first
     hostile: int = 0  # hostile calls sent (testhost/hostile.py)
     hostile_failures: int = 0
     steps_to_failure: int | None = None  # steps run up to and including the first failing program
@@ -227,9 +228,29 @@ class Search:
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
-    def run(self, seed: int, max_examples: int) -> None:
-        """Rounds of Hypothesis until max_examples programs ran, the deadline passed, or a failure was shrunk;
-        a shrunk failure is then replayed afresh."""
+    def edge_sweep(self) -> None:
+        """Each edge motif's programs (scenarios/generate.py `EDGE_MOTIFS`: the edges the protocol notes declare),
+        fault-free, before any drawn program: an edge is met on purpose, not by the odds of a draw. A failure is
+        recorded as the search's (the program is as small as its motif writes it) and replayed like any other."""
+        for motif in EDGE_MOTIFS:
+            for steps, header in motif_programs(motif):
+                if self.failure is not None or self._out_of_time():
+                    return
+                name = program_name(steps, header)
+                text = scenario_toml(steps, DESCRIPTION, header=header)
+                self.stats.edge_programs += 1
+                found = self.case(name, text, CasePlan(name), None)
+                if found is not None and found["case"]["verdict"] in ("fail", "error"):
+                    try:
+                        self._failed(steps, header, name, text, found, CasePlan(name))
+                    except AssertionError:
+                        pass  # recorded: the failure is the search's first
+
+    def run(self, seed: int, max_examples: int, edges: bool = False) -> None:
+        """The edge sweep (when `edges`: one job of a run does it), then rounds of Hypothesis until max_examples
+        programs ran, the deadline passed, or a failure was shrunk; a failure is then replayed afresh."""
+        if edges:
+            self.edge_sweep()
         round_seed, left = seed, max_examples
         while left > 0 and self.failure is None and not self._out_of_time():
             chunk = min(left, 20) if self.deadline is not None else left

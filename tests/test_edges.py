@@ -8,41 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import Phase, find, settings, strategies as st
-from hypothesis.errors import NoSuchExample
-
 from mutants import BY_NAME, migrations_dir
-from scenarios.generate import MOTIFS, Drawn, scenario_toml
+from scenarios.generate import MOTIFS, motif_programs, scenario_toml
 from testhost.cli import main
 from testhost.edges import EDGES
 
 DRAWN = [(edge, draw) for edge in EDGES for draw in edge.draws if draw in MOTIFS]
 MOTIF_NAMES = sorted({draw for _, draw in DRAWN})
 VARIANTS = 12  # programs drawn per motif: its choices on or beside the edge are few
-
-
-@st.composite
-def _motif(draw, name: str):
-    drawn = Drawn()
-    steps = MOTIFS[name](draw, drawn)
-    return steps, drawn.header
-
-
-def _programs(motif: str) -> list[tuple[list[dict], dict]]:
-    """The distinct programs the motif writes from a fresh start, each with a pass (a motif that could not set its
-    situation up writes none: no edge)."""
-    seen: dict[str, tuple] = {}
-
-    def keep(program) -> bool:
-        if any(step["op"] == "process" for step in program[0]):
-            seen.setdefault(json.dumps(program[0], sort_keys=True), program)
-        return False
-    try:
-        find(_motif(motif), keep, settings=settings(max_examples=VARIANTS, database=None, deadline=None,
-                                                     phases=(Phase.generate,)))
-    except NoSuchExample:
-        pass
-    return list(seen.values())
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +25,7 @@ def catalog(tmp_path_factory):
     for motif in MOTIF_NAMES:
         folder = root / motif
         folder.mkdir()
-        for i, (steps, header) in enumerate(_programs(motif)):
+        for i, (steps, header) in enumerate(motif_programs(motif, VARIANTS)):
             text = scenario_toml(steps, f"the motif {motif}, drawn on or beside its edge",
                                  header={**header, "fault_free": True})
             (folder / f"edge-{motif}-{i}.toml").write_text(text)
@@ -92,3 +65,19 @@ def test_a_motif_on_its_edge_catches_each_mutant_of_the_edge_naming_its_sentence
         if code == 1 and any(BY_NAME[mutant].rule in check["rule"] for check in failed):
             return
     pytest.fail(f"{mutant} certified, or failed naming other rules, on every program of {edge.draws}: {named}")
+
+
+def test_explore_meets_each_edge_before_any_drawn_program(tmp_path):
+    """The edge sweep runs every edge motif's programs first: a mutant off by one at the safety window's edge is
+    found with no program drawn at all, and the find replays like any other."""
+    from testhost.explore import Options, explore
+    mutant = BY_NAME["window-equal-suspends"]
+    code, report = explore(Options(command=mutant.command, max_examples=1, hostile=0, out=tmp_path / "found",
+                                   report_dir=tmp_path / "report", progress=lambda line: None))
+    assert code == 1
+    run = report["run"]["explore"]
+    assert run["edge_programs"] >= 1 and run["examples"] == 0
+    [found] = run["found"]
+    assert found["examples_to_failure"] == 0
+    assert any(mutant.rule in check["rule"] for check in found["checks"]), found["checks"]
+    assert found["replayed"]["reproduced"] == 2

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
 from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
-                                 NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, program_name, programs,
+                                 NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, motif_programs, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
@@ -368,7 +368,9 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
     ran = report["run"]["explore"]
     assert ran["examples"] >= 12 and ran["steps"] > ran["examples"]
     assert report["summary"]["cases"] == len(report["cases"]) and report["summary"]["failed"] == 0
-    assert lines[-1].startswith(f"explore: {ran['examples']} examples")
+    # The edge sweep ran every edge motif's programs before the drawn ones, the same ones every run.
+    assert ran["edge_programs"] == sum(len(motif_programs(m)) for m in EDGE_MOTIFS) > len(EDGE_MOTIFS)
+    assert lines[-1].startswith(f"explore: {ran['edge_programs']} edge programs, {ran['examples']} examples")
     assert report["implementation"]["code"]["module_origin"].endswith("/reference/adapter.py")
     assert not (tmp_path / "found").exists()
     # The hostile store (a store migrated only to 0003) was refused, once, and is a case of the report.
