@@ -548,13 +548,16 @@ def _motif_lateness_on_window(draw, drawn: Drawn) -> list[dict] | None:
     """Note 3's edge, from both sides: a pass whose lateness (its cutoff less the first instant due after the
     cursor) is exactly the schedule's safety window, the clock frozen there, decides a recovery range; one a
     microsecond later (the anchor a microsecond earlier: a frozen clock stands on whole seconds) or a second later
-    suspends for the clock anomaly. The first instant due is the anchor, which lies past the acceptance."""
+    suspends for the clock anomaly. The first instant due is the anchor, which lies past the acceptance and less
+    than an interval after it."""
     every, window = draw(st.sampled_from(((900, 7200), (60, 120))))
-    created = _on_grid(draw, drawn, every, EDGE_AHEAD_S, safety_window_s=window)
+    # Less than an interval ahead, or the grid's instants before the anchor (n < 0) would be the first due.
+    ahead = min(EDGE_AHEAD_S, every // 2)
+    created = _on_grid(draw, drawn, every, ahead, safety_window_s=window)
     if created is None:
         return None
     past = draw(st.sampled_from(("on", "microsecond", "second")))  # on the edge first: shrinking goes there
-    anchor = drawn.now + EDGE_AHEAD_S
+    anchor = drawn.now + ahead
     if past == "microsecond":
         created["spec"]["anchor"] = f"+{anchor - 1}.999999s"
         drawn.grids.pop(created["schedule"])  # not on whole seconds: set-clock cannot freeze on it
