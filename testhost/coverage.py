@@ -224,8 +224,8 @@ def summary(page: Path | None = None, spec: Path | None = None) -> dict:
     counts = Counter(klass.values())
     return {"sentences": len(sentences), "counts": {c: counts.get(c, 0) for c in CLASSES},
             "unproven": [(s, by_sentence[s].unproven_by(proofs)) for s in sentences if klass.get(s) == "unproven"],
-            "edges": [(e.name, edge_problems(e, proofs)) for e in _edges() if edge_problems(e, proofs)]
-            + marker_problems(),
+            "edges": [(name, missing) for name, missing in ((e.name, edge_problems(e, proofs)) for e in _edges())
+                      if missing] + marker_problems(),
             "gaps": [(s, group, text) for s in sentences if s in by_sentence
                      for group, text in by_sentence[s].gaps],
             "shapes": [(s, text) for s in sentences if klass.get(s) == "shapes-only"
