@@ -19,8 +19,11 @@ setup:
 # does not hold the run. TEST_JOBS=0 runs them in this process, one after another.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
+# Tests marked `alone` (deadlines measured on an idle machine) run after the parallel share, one at a time.
 test: setup
-	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist worksteal) $(PYTEST_ARGS)
+	$(if $(filter 0,$(TEST_JOBS)),$(VENV)/bin/pytest $(PYTEST_ARGS),\
+	$(VENV)/bin/pytest -n $(TEST_JOBS) --dist worksteal -m "not alone" $(PYTEST_ARGS) && \
+	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS))
 
 # The signal and teardown tests with every core kept busy (docs/ci.md, "Under load").
 test-under-load: setup
