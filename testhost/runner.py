@@ -315,6 +315,8 @@ class CaseRun:
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+            if self.bridge_clock is not None:  # a process that lived on may bridge without redoing its decision
+                self.bridge_clock.after_fault(impl, name, context, self.plan.fault)
         if self.demotions:  # the runtime role taken from the login after a committed decision, before the reply
             self.demotions[-1].at_barrier(self, impl, name, context)
         # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
@@ -1310,7 +1312,7 @@ class CaseRun:
                 pass_leaves_no_lease(self.count_windows),
                 work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
                                promised=clock is not None and self.plan.fault is None,
-                               attempts=clock.attempts if clock else 0, frozen=frozenset(self.frozen_instants))]
+                               holds=clock.holds if clock else [], frozen=frozenset(self.frozen_instants))]
 
     def _teardown(self) -> None:
         if self.bridge_clock is not None:
