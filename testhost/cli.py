@@ -110,6 +110,20 @@ def cmd_mutants(args) -> int:
     return code
 
 
+def cmd_variants(args) -> int:
+    from pathlib import Path
+
+    from .certify import Options
+    from .variation import run_variants
+    jobs = _jobs(args.jobs)
+    try:
+        code, _ = run_variants(Options(report_dir=Path(args.report_dir), jobs=jobs), args.variant,
+                               slice_only=args.slice_only, explore=args.explore)
+    except ValueError as exc:
+        raise TestHostError(str(exc)) from None
+    return code
+
+
 def cmd_barriers(args) -> int:
     from barriers import CATALOG
     for b in CATALOG:
@@ -378,6 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
 
+    legal = sub.add_parser("variants", help="certify every legal variant of the reference (another way the contract "
+                           "allows, variants/): each must pass the whole matrix, and a failure is reported as a harness "
+                           "defect; one line per variant (docs/variants.md)")
+    legal.add_argument("--variant", help="only variants matching these comma-separated globs")
+    legal.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
+    legal.add_argument("--report-dir", default="report/variants", help="where variants.json and each variant's "
+                       "report go (default: report/variants)")
+    legal.add_argument("--explore", action="store_true", help="also run `crashproof explore --profile ci` on each "
+                       "variant, which must find nothing (`make variants` does)")
+    legal.add_argument("--slice-only", action="store_true", help="each variant on its slice only (the cases where its "
+                       "difference shows) instead of the whole matrix")
+    legal.set_defaults(run=cmd_variants)
     rep = sub.add_parser("report", help="render, show, compare, merge, sign and verify reports (from report.json)")
     actions = rep.add_subparsers(dest="action", required=True)
     rendering = actions.add_parser("render", help="write report.html, report.md, junit.xml and certificate.json "
@@ -460,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_CONTROLLERS = (cmd_certify, cmd_mutants, cmd_explore)
+_CONTROLLERS = (cmd_certify, cmd_mutants, cmd_explore, cmd_variants)
 
 
 def main(argv: list[str] | None = None) -> int:

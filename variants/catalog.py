@@ -122,8 +122,7 @@ VARIANTS: tuple[Variant, ...] = (
               "            except RetriableError:\n"
               "                if remaining == 0 or self._runtime is None or not self._runtime.broken:\n"
               "                    raise\n"),),
-        slice=("work-own-clock/schedule-decision-after-commit/disconnect/1",
-               "at-single/schedule-decision-after-commit/disconnect/1"), shows=shows_bridge_alone),
+        slice=("work-own-clock/schedule-decision-after-commit/disconnect/1",), shows=shows_bridge_alone),
     Variant(
         "one-session-per-part", THREE_COMMITS,
         "Every transaction of a pass (each claim, decision and bridge) runs on a session of its own, opened for it; "
@@ -143,7 +142,7 @@ VARIANTS: tuple[Variant, ...] = (
               '        with self._fresh("_runtime").scoped(None, self.runtime_role, routing_id='),
          Edit("processor.py", "        with self.runtime.scoped(scope_id, self.runtime_role, reads=",
               '        with self._fresh("_runtime").scoped(scope_id, self.runtime_role, reads=')),
-        slice=("at-single", "work-own-clock/schedule-decision-after-commit/disconnect/1"),
+        slice=("work-own-clock/schedule-decision-after-commit/disconnect/1",),
         probe="the backend pid of each transaction in the server's statement log: the claim, the decision and the "
               "bridge of one pass each on a session of its own"),
     Variant(
@@ -157,7 +156,7 @@ VARIANTS: tuple[Variant, ...] = (
               "    lease_duration: timedelta = timedelta(minutes=10)\n"),
          Edit("adapter.py", 'lease_duration=timedelta(seconds=a.get("lease_seconds", 30)),',
               'lease_duration=timedelta(seconds=a.get("lease_seconds", 600)),')),
-        slice=("at-single", "race-same-owner"),
+        slice=("at-single/schedule-claim-after-commit/pause/1",),
         probe="the claim function's arguments in the server's statement log: the owner string, and ten minutes for "
               "a pass that names no lease_seconds"),
     Variant(
@@ -183,7 +182,7 @@ VARIANTS: tuple[Variant, ...] = (
               "            counts.claimed += 1\n            try:\n",
               "            counts.claimed += 1\n            claims.append(claim)\n"
               "        for claim in claims:\n            try:\n")),
-        slice=("max-schedules-crash-middle", "cancel-between-leases"), shows=shows_claims_ahead),
+        slice=("cancel-between-leases",), shows=shows_claims_ahead),
     Variant(
         "process-due-only", OPTIONAL_COMMANDS,
         "The hello offers process-due alone: the host's fallbacks run every client command and Work transition.",
@@ -191,7 +190,7 @@ VARIANTS: tuple[Variant, ...] = (
               'OPERATIONS = ("process-due", "create", "update", "delete", "get", "release-after-recovery", '
               '"complete-work")\n',
               'OPERATIONS = ("process-due",)\n'),),
-        slice=("at-single", "generation-update-supersedes"), shows=shows_fallbacks),
+        slice=("generation-update-supersedes",), shows=shows_fallbacks),
     Variant(
         "other-read-order", LOCK_FIRST,
         "A scoped transaction locks the dispatch row first as the contract asks, then reads the slot, the pending "
@@ -205,7 +204,7 @@ VARIANTS: tuple[Variant, ...] = (
               '(query("schedule", "fences_and_cutoff"), {}))\n'),
          Edit("processor.py", "        schedules, fences, waiting, busy = s.read_rows\n",
               "        schedules, busy, waiting, fences = s.read_rows\n")),
-        slice=("at-single", "fence-beside-decision"),
+        slice=("fence-beside-decision",),
         probe="the order of the statements of one decision in the server's statement log"),
 )
 
