@@ -55,6 +55,14 @@ def test_every_variant_names_the_sentence_or_note_that_allows_it_and_where_its_d
         assert (variant.shows is None) != (variant.probe is None), f"{variant.name}: a report reading or a probe"
 
 
+def test_certification_md_lists_each_variant_under_the_spec_sentence_it_exercises():
+    from testhost.coverage import entries
+    cited = {entry.sentence: entry.names("variants") for entry in entries()}
+    for variant in VARIANTS:
+        if variant.exercises in cited:
+            assert variant.name in cited[variant.exercises], f"{variant.name} is not listed under its sentence"
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_each_variant_applies_exactly_once_and_leaves_the_schema_alone(variant, tmp_path):
     root = materialize(variant, tmp_path)
