@@ -54,10 +54,6 @@ class BridgeClock:
         """Whether the planned move is done: the clock moved while something other than a redone decision waited."""
         return any(m["waited"] != "a redone decision" for m in self.moves)
 
-    @property
-    def attempts(self) -> int:
-        return sum(h["taken"] for h in self.holds)
-
     def at_barrier(self, impl: "Implementation", name: str, context: dict, faulted: bool) -> None:
         """Every barrier: what it tells of a hold in force or a move made; at a committed decision that is not the
         faulted one (its fault is not injected yet), the hold."""
@@ -68,7 +64,7 @@ class BridgeClock:
     def after_fault(self, impl: "Implementation", name: str, context: dict, fault: str) -> None:
         """At the faulted decision, once the fault was injected: the hold, if the process lives on (a killed one
         leaves its bridge to a fresh copy, whose own decision is held)."""
-        if name == DECISION and impl.alive:
+        if name == DECISION and impl.alive and not getattr(impl, "killed_by_host", False):
             self._offer(impl, context, fault)
 
     def _observe(self, impl: "Implementation", name: str, context: dict) -> None:
