@@ -175,10 +175,13 @@ MESSAGES = (
             (Field("protocol", "integer", True, f"protocol version, {PROTOCOL_VERSION}"),
              Field("implementation", "string", True, "name and version, printed in the certificate"),
              Field("operations", "array of strings", True, "the operations it implements; `process-due` is mandatory"),
+             Field("contract", "integer", False, "the contract major version you implement "
+                   "(docs/contract-changes.md); a failing check whose rule changed after it says so, and a version "
+                   "newer than the host's is refused"),
              Field("clock_utc", "string (RFC 3339)", False, "your process's own wall-clock reading, for the host to "
                    "see whether a skewed OS clock it asked for took effect (*Your own clock*); never used for a "
                    "verdict on your protocol")),
-            '{"type": "hello", "protocol": 1, "implementation": "acme-scheduler 2.3", "operations": ["process-due", "create"]}'),
+            '{"type": "hello", "protocol": 1, "contract": 6, "implementation": "acme-scheduler 2.3", "operations": ["process-due", "create"]}'),
     Message("request", "host → implementation", "run one operation; one request at a time, in order",
             (Field("id", "integer", True, "echoed in the response"), Field("op", "string", True, "the operation"),
              Field("args", "object", True, "the operation's arguments")),
@@ -427,10 +430,12 @@ NORMATIVE = (
         "One due instant is a `nominal` occurrence with first = last = that instant. Two or more are one "
         "`recovery` occurrence with the range [first, last] under misfire policy `run-once`; under `skip` the "
         "range writes no occurrence at all, only the history row `recovery-skipped` (`processor-history`).",
-        "The cursor moves only in a decision that disposes of at least one due instant (an occurrence written or "
-        "extended, or a range skipped), and then to that decision's cutoff. A pass with nothing due, a cutoff at "
-        "or behind the cursor, a fence mismatch and an anomaly leave it where it is (`idle-pass-keeps-cursor`, "
-        "`cursor-within-decisions-and-server-time`).",
+        "A decision that disposes of at least one due instant (an occurrence written or extended, or a range "
+        "skipped) moves the cursor to that decision's cutoff. A cutoff at or behind the cursor, a fence mismatch "
+        "and an anomaly leave it where it is (`cursor-never-moves-back`, `fence-before-cursor-at-every-step`, "
+        "`suspension-keeps-the-cursor`, `cursor-within-decisions-and-server-time`). A pass with nothing due may "
+        "leave it or move it to its cutoff: the reference leaves it, and `idle-pass-keeps-cursor` reports the "
+        "other as a difference from the reference, never a failure (a reference choice).",
         "The safety window is the generation's own `safety_window_s` (default 3600): lateness at or under it is a "
         "recovery (or nominal) decision, never a suspension (`anomaly-only-past-the-window`; scenario "
         "`safety-window-sides`: a 120 s window late by about 240 s suspends, a 7,200 s window late by about "

@@ -145,8 +145,10 @@ def _failures(report: dict) -> str:
             evidence = check.get("evidence") or []
             more = (f"<p class=muted>{len(evidence) - STATIC_EVIDENCE_ROWS} more rows in the case's detail</p>"
                     if len(evidence) > STATIC_EVIDENCE_ROWS else "")
+            changed = (f"<p class='muted changed'>{escape(str(check['changed']))}</p>" if check.get("changed")
+                       else "")
             checks.append(f"<p><code>{escape(str(check.get('name')))}</code>: {escape(str(check.get('rule', '')))}</p>"
-                          + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
+                          + changed + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
         parts.append(f"<section class=case-static id='{escape(matrix.anchor(case_id))}'>"
                      f"<h3><span class='badge v-{escape(str(case.get('verdict')))}'>{escape(str(case.get('verdict')))}"
                      f"</span> <a href='#{escape(matrix.anchor(case_id))}' data-case='{escape(case_id)}'>"
@@ -183,13 +185,16 @@ def compact(report: dict, m: matrix.Matrix) -> dict:
         for check in case.get("checks", []):
             ref = check_refs.setdefault((strings(str(check.get("name"))), strings(str(check.get("rule", "")))),
                                         len(check_refs))
-            # 1 passed, 0 failed, 2 not compared (then its evidence, possibly empty, and the reason's string)
-            status = 2 if check.get("skipped") else 1 if check.get("ok", True) else 0
+            # 1 passed, 0 failed, 2 not compared, 3 differs from the reference (a reference choice); then its
+            # evidence (possibly empty) and the note's string: why not compared, how it differs, or for a failure
+            # the contract change that moved its rule
+            status = 2 if check.get("skipped") else 3 if check.get("differs") else 1 if check.get("ok", True) else 0
+            note = check.get("skipped") or check.get("differs") or (None if status else check.get("changed"))
             entry = [ref, status, check.get("rows", len(check.get("evidence") or []))]
-            if check.get("evidence") or status == 2:
+            if check.get("evidence") or note:
                 entry.append(check.get("evidence") or [])
-            if status == 2:
-                entry.append(strings(str(check["skipped"])))
+            if note:
+                entry.append(strings(str(note)))
             checks.append(entry)
         events = []
         for event in case.get("timeline") or []:

@@ -55,6 +55,8 @@ class Markdown:
             for case in bad[:MAX_LISTED]:
                 check = matrix.first_failed_check(case)
                 why = (f"`{check.get('name')}`: {check.get('rule', '')}" if check else case.get("reason", ""))
+                if check and check.get("changed"):
+                    why += f" ({check['changed']})"
                 lines.append(f"- **{case.get('verdict')}** [`{case.get('id')}`]({html_name}#"
                              f"{matrix.anchor(str(case.get('id')))}): {_cell(why)}")
             if len(bad) > MAX_LISTED:

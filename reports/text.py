@@ -54,10 +54,12 @@ def case_text(case: dict) -> str:
     lines += ["", "timeline (case time, server-clock shift, lane, event):", timeline.text(case.get("timeline") or []),
               "", "checks:"]
     for check in sorted(case.get("checks", []), key=lambda c: (bool(c.get("ok", True)), not c.get("skipped"))):
-        mark = "n/c " if check.get("skipped") else "ok  " if check.get("ok", True) else "FAIL"
+        mark = ("n/c " if check.get("skipped") else "diff" if check.get("differs") else
+                "ok  " if check.get("ok", True) else "FAIL")
         lines.append(f"  {mark} {check.get('name')} ({check.get('rows', '?')} rows): {check.get('rule', '')}")
-        if check.get("skipped"):
-            lines.append(f"         {check['skipped']}")
+        for note in ("skipped", "differs", "changed"):
+            if check.get(note):
+                lines.append(f"         {check[note]}")
         if check.get("evidence"):
             lines += [f"         {row}" for row in table(check["evidence"])]
     return "\n".join(lines)

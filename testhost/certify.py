@@ -829,6 +829,7 @@ def certify(options: Options) -> tuple[int, dict]:
               f"{summary['cases']} cases; partial report: {path}", flush=True)
     print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
           f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
+    print(reports.outcome(report)[1])
     print("\n".join(reports.which_code_text(report["implementation"])))
     for problem in run_problems:
         print(f"run problem: {problem}")
@@ -843,6 +844,8 @@ def certify(options: Options) -> tuple[int, dict]:
             for check in case["checks"]:
                 if not check["ok"]:
                     print(f"    {check['name']} (rule: {check['rule']})")
+                    if check.get("changed"):
+                        print(f"      {check['changed']}")
                     for row in check["evidence"][:5]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
     if stopped is not None and stopped.signum is not None:

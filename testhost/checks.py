@@ -26,12 +26,17 @@ class CheckResult:
     # Why the check was not applied to this case (it then neither passed nor failed; `ok` stays true so that
     # no verdict counts it as a failure, and every renderer shows it as "not compared").
     skipped: str | None = None
+    # A reference-choice rule the implementation does otherwise: `ok` is true and this says how it differs.
+    differs: str | None = None
+    # A failure of a rule changed after the contract the implementation targets: which change, what to do.
+    changed: str | None = None
 
     def to_json(self) -> dict:
         found = {"name": self.name, "rule": self.rule, "ok": self.ok, "rows": self.rows,
                  "evidence": [_jsonable(e) for e in self.evidence]}
-        if self.skipped is not None:
-            found["skipped"] = self.skipped
+        for key in ("skipped", "differs", "changed"):
+            if getattr(self, key) is not None:
+                found[key] = getattr(self, key)
         return found
 
 
@@ -735,9 +740,10 @@ def client_deadline(details: dict) -> CheckResult | None:
 
 IDLE_CURSOR = rule_of(
     "idle-pass-keeps-cursor",
-    "A cutoff at or behind the cursor is a no-op. (So is a pass with no instant due in (cursor_utc, "
-    "cutoff_utc]: the cursor moves only in a decision that disposes of at least one due instant, to that "
-    "decision's cutoff. Seen on the raw cursor after every step.)")
+    "reference: a pass with no instant due in (cursor_utc, cutoff_utc] leaves the cursor where it is; the cursor "
+    "moves only in a decision that disposes of at least one due instant, to that decision's cutoff (protocol note "
+    "24k: the contract also allows moving it to the cutoff, so a difference is reported and never fails. Seen on "
+    "the raw cursor after every step.)")
 
 
 def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:

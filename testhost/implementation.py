@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from barriers import BY_NAME
+from barriers.contract import MAJOR_VERSION as CONTRACT_MAJOR, VERSION as CONTRACT_VERSION
 from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
 from . import forkserver
@@ -202,6 +203,11 @@ class Implementation:
             raise AdapterProtocolError(f"first message must be hello, got {hello.get('type')!r}")
         if hello.get("protocol") != PROTOCOL_VERSION:
             raise AdapterProtocolError(f"hello speaks protocol {hello.get('protocol')!r}, not {PROTOCOL_VERSION}")
+        contract = hello.get("contract")
+        if contract is not None and (not isinstance(contract, int) or isinstance(contract, bool)
+                                     or not 1 <= contract <= CONTRACT_MAJOR):
+            raise AdapterProtocolError(f"hello names contract {contract!r}; this crashproof certifies contract "
+                                       f"{CONTRACT_VERSION}: name a major version from 1 to {CONTRACT_MAJOR}, or none")
         missing = set(MANDATORY) - set(hello.get("operations", []))
         if missing:
             raise AdapterProtocolError(f"hello lacks the mandatory operation(s) {sorted(missing)}")

@@ -45,6 +45,7 @@ from .state import read_state
 from .sessions import KeptSession
 from .store import DISPATCHER, RUNTIME, Store, StorePool
 from .timelines import Timelines
+from .contract_notes import settle, targeted as targeted_contract
 from .verdict import baseline as make_baseline, fault_free_judges
 from .world import CLOCK, NETWORK, World
 
@@ -133,6 +134,7 @@ class CaseOutcome:
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
+    contract: int | None = None  # the contract major version the hello targets, if it named one
     logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
     clock_skew: dict[str, dict] = field(default_factory=dict)  # instance -> its OS clock's skew, as verified
@@ -149,6 +151,8 @@ class CaseOutcome:
                  "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
                  "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
                  "operations": self.operations, "logs": self.logs}
+        if self.contract is not None:
+            found["contract"] = self.contract
         if self.measurements:
             found["measurements"] = self.measurements
         if self.verdict == "error":
@@ -1185,6 +1189,7 @@ class CaseRun:
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
             outcome.operations = sorted(self.impls["A"].hello.get("operations", []))
+            outcome.contract = targeted_contract(self.impls["A"].hello)
             for step in self.scenario.steps:
                 self.model.step_started()
                 self.step(step)
@@ -1281,6 +1286,7 @@ class CaseRun:
                 checks += [c for c in (fate_check, deadline_check, stall_check, cancel_check, durability_check)
                            if c is not None]
             checks += [c for c in judges if c.name == "crash-equivalence"]
+            checks = settle(checks, targeted_contract(getattr(self.impls.get("A"), "hello", None)))
             outcome.checks, outcome.picture, outcome.model_picture = checks, picture, predicted
             failed = [c.name for c in checks if not c.ok]
             outcome.verdict = "fail" if failed else "pass"

@@ -36,6 +36,7 @@ def survivors(report: dict) -> list[int]:
                        "broken: giving up at start"),
     ("never-hello", "no hello within 5s from a live process"),
     ("no-process-due", "lacks the mandatory operation"),
+    ("future-contract", "hello names contract 99; this crashproof certifies contract"),
     ("bad-json", "not a JSON line while waiting for the response to process-due"),
     ("hang", "no response to process-due within 2s from a live process"),
     ("unknown-message", "unexpected message type 'gossip'"),
