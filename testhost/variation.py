@@ -56,10 +56,12 @@ def judge(variant: Variant, code: int, report: dict, explored: dict | None = Non
     certified = code == 0 and not failures and not problems and not explore_failed
     vacuous = variant.shows is not None and not shown
     checks = sorted({name for f in failures for name in f["checks"]})
+    # Reference-choice rules the variant does otherwise: notes, never failures (barriers/contract.py)
+    noted = sorted({c["name"] for case in report.get("cases", []) for c in case.get("checks", []) if c.get("differs")})
     return {"variant": variant.name, "exercises": variant.exercises, "differs": variant.differs,
             "certified": certified, "exit_code": code, "cases": len(report.get("cases", [])),
             "failed": failures, "failed_checks": checks, "run_problems": problems,
-            "difference_seen_in": shown, "vacuous": vacuous, "probe": variant.probe,
+            "difference_seen_in": shown, "vacuous": vacuous, "probe": variant.probe, "differs_from_reference": noted,
             "explore": explored}
 
 
@@ -87,6 +89,8 @@ def line(verdict: dict) -> str:
         head += "; VACUOUS: its difference showed in no case, so the run proved nothing about it"
     else:
         head += f"; difference seen by tests/test_variants.py: {verdict['probe']}"
+    if verdict["differs_from_reference"]:
+        head += f"; noted as differing from the reference (a reference choice): {', '.join(verdict['differs_from_reference'])}"
     if verdict["explore"] is not None and verdict["explore"]["code"] == 0:
         head += f"; explore {verdict['explore']['profile']}: nothing found"
     return head
