@@ -165,6 +165,14 @@ def test_each_variant_certifies_on_its_slice_where_its_difference_shows(variant,
     assert code == 0 and printed.splitlines()[0].startswith(f"certified: legal variant {variant.name} passed")
     if variant.name == "idle-cursor-to-cutoff":  # the reference's choice, done otherwise: a note, not a failure
         assert verdict["differs_from_reference"] == ["idle-pass-keeps-cursor"], printed
+    if variant.name == "bridge-on-new-session":  # the hold taken after the lost connection met the lone bridge
+        report = json.loads((tmp_path / variant.name / "certify" / "report.json").read_text())
+        [case] = [c for c in report["cases"] if c["id"] == variant.slice[0]]
+        events = [e for e in case["timeline"] if e["event"].startswith("bridge-clock")]
+        assert events[0]["event"] == "bridge-clock-hold" and events[0]["after_fault"] == "disconnect", events
+        assert events[1]["moved"] is True, events
+        [clock] = [c for c in case["checks"] if c["name"] == "work-own-clock"]
+        assert clock["ok"] and clock["rows"] == 1 and not clock.get("skipped"), clock
 
 
 # -- the differences a report cannot show, in the server's statement log of one pass ------------------------------
