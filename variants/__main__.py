@@ -9,28 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from . import BY_NAME, VARIANTS, VariantError, materialize
+from mutants.__main__ import launch
+
+from . import BY_NAME, VARIANTS, materialize
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m variants NAME | --list", file=sys.stderr)
-        return 2
-    if argv[0] == "--list":
-        for variant in VARIANTS:
-            print(f"{variant.name}: {variant.differs}")
-        return 0
-    variant = BY_NAME.get(argv[0])
-    if variant is None:
-        print(f"no variant named {argv[0]!r}; `python -m variants --list` shows the catalog", file=sys.stderr)
-        return 2
-    try:
-        root = materialize(variant)
-    except VariantError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    from mutants.__main__ import _run
-    return _run(root)
+    return launch(argv, "variant", [(v.name, v.differs) for v in VARIANTS], BY_NAME, materialize, "NAME | --list")
 
 
 if __name__ == "__main__":
