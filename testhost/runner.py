@@ -20,7 +20,7 @@ from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
-from . import bridge_role, skew
+from . import bridge_role, case_facts, skew
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .cancel_pass import CancelPlan, keeps_committed
@@ -139,6 +139,7 @@ class CaseOutcome:
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
     clock_skew: dict[str, dict] = field(default_factory=dict)  # instance -> its OS clock's skew, as verified
     measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
+    facts: dict = field(default_factory=dict)  # what the run's diagnosis reads of the implementation (case_facts.py)
 
     @property
     def baseline(self) -> dict | None:
@@ -159,6 +160,8 @@ class CaseOutcome:
             found["cause"] = self.cause or "harness"
         if self.clock_skew:
             found["clock_skew"] = self.clock_skew
+        if self.facts:
+            found["facts"] = self.facts
         return found
 
 
@@ -232,6 +235,8 @@ class CaseRun:
         self.denied_passes: list[dict] = []  # passes whose bridge must be refused (testhost/bridge_role.py)
         self.demotions: list[bridge_role.Demotion] = []  # passes whose runtime role is taken after their decision
         self.default_role_set = False  # the store's default role for bridge_role.DEFAULT_ROLE_LOGIN, reset at the end
+        self.log_offset: int | None = None  # where the server log stood when the case began (case_facts.py)
+        self.final_state = None  # the store as the checks read it at the end
 
     @property
     def owner(self) -> KeptSession:
@@ -1031,7 +1036,8 @@ class CaseRun:
             if counting:
                 self._close_window(impl, response)
         self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
-                             "problem": response.problem})
+                             "problem": response.problem, "died": response.died,
+                             "expected_refusal": self._expecting})
         return response
 
     def _during(self) -> str | None:
@@ -1184,6 +1190,7 @@ class CaseRun:
             self.ensure_partitions()
             if self.world.proxy is not None:
                 self.world.proxy.heal()
+            self.log_offset = case_facts.log_offset(self.world)
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
             outcome.operations = sorted(self.impls["A"].hello.get("operations", []))
@@ -1218,6 +1225,7 @@ class CaseRun:
                 state = read_state(conn)
             state.drained_at = self.drained_at
             state.planted = frozenset(self.planted)
+            self.final_state = state
             checks = universal(state)
             checks.append(coalesced_forward(self.coalesced_seen))
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
@@ -1305,7 +1313,21 @@ class CaseRun:
             outcome.duration_s = time.monotonic() - self._started
             outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
             outcome.clock_skew = dict(self.clock_skew)
+            outcome.facts = self.facts()
         return outcome
+
+    def facts(self) -> dict:
+        """What the run's diagnosis reads of the implementation in this case (after its processes stopped)."""
+        if not self.started:
+            return {}
+        try:
+            sessions = (case_facts.sessions_logged_in(self.world, self.log_offset, DISPATCHER, self.store.dbname)
+                        if self.store is not None else None)
+            return case_facts.gather(answers=self.answers, timeline=self.timeline, logs=self.logs,
+                                     dispatcher_sessions=sessions, state=self.final_state,
+                                     schedule_names=self.schedule_names)
+        except Exception as exc:  # noqa: BLE001 - facts only explain a verdict; they never change one
+            return {"unread": f"{type(exc).__name__}: {exc}"}
 
     def _count_and_clock_checks(self, state) -> list[CheckResult]:
         """The counts every `ok` pass reported against the committed facts, and the Work's own clock."""
