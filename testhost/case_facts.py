@@ -117,9 +117,9 @@ def gather(*, answers: list[dict], timeline: list[dict], logs: dict[str, Path], 
     for answer in answers:
         asked[answer["op"]] = asked.get(answer["op"], 0) + 1
     # A pass that answered fail or unknown on its own: not the host's `unknown` for a process that died, not a pass
-    # the scenario expects refused, not the pass the case's fault fired in.
+    # the scenario expects refused, not one answered between the case's fault and its recovery.
     own = [a for a in answers if a["outcome"] in ("fail", "unknown") and not a.get("died")
-           and not a.get("expected_refusal") and a.get("faulted") is None]
+           and not a.get("expected_refusal") and a.get("faulted") is None and not a.get("in_fault")]
     refused = [a for a in own if a["op"] == "process-due"]
     reported = [e for e in timeline if e["event"] == "barrier"]
     claims = sum(1 for e in reported if e.get("name") == CLAIM_COMMITTED)

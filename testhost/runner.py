@@ -216,6 +216,7 @@ class CaseRun:
         self._freeze_next = False  # a set-clock step froze the clock for the step after it
         self.frozen_instants: set[datetime] = set()  # where the server clock stood still in this case
         self.recovered = False  # the fault's recovery has run
+        self.healed = False  # the fault's recovery has healed the world and restarted what died (its passes follow)
         self.after_recovery: list = []  # what waits for the recovery (a step beside a pass a fault interrupted)
         self._beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
         self.beside_outcomes: list[dict] = []
@@ -1037,7 +1038,9 @@ class CaseRun:
                 self._close_window(impl, response)
         self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
                              "problem": response.problem, "died": response.died,
-                             "expected_refusal": self._expecting})
+                             "expected_refusal": self._expecting,
+                             # answered after a fault fired and before its recovery healed the world
+                             "in_fault": self.injection is not None and not self.healed})
         return response
 
     def _during(self) -> str | None:
@@ -1114,6 +1117,7 @@ class CaseRun:
         for label, impl in list(self.impls.items()):
             if not impl.alive:
                 self.impls[label] = self.start_implementation(label)
+        self.healed = True
         self.advance(timedelta(seconds=self.scenario.lease_seconds + 1))
         if step is not None and step.op == "complete-work":
             work_id = self._nth_work(step.args["schedule"], step.args.get("nth", -1))

@@ -215,3 +215,14 @@ def test_the_diagnosis_stands_at_the_top_of_report_html_with_cause_and_section(p
         assert "set_local_scope" in text and f"Read: {d.reading()}" in text
         assert requests_made(browser) == [(report / "report.html").as_uri()]
         assert browser.get_log("browser") == []
+
+
+@pytest.mark.world
+def test_a_merged_report_ends_with_its_diagnosis_too(planted, tmp_path):
+    _, report = planted("passes-refused")
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "merge", str(tmp_path / "merged"),
+                           str(report)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "Diagnosis: 1 failing case in 1 group, by first failing check"
+    assert lines[2].endswith(": passes-refused") and "work_payload" in lines[3]
