@@ -122,32 +122,34 @@ def _instant(text) -> datetime | None:
         return None
 
 
+def _shows_before(check: str, row: dict, anchor: dict, at: datetime) -> bool:
+    """Whether one evidence row of a failing check shows the grid before `anchor` (at `at`) decided otherwise than
+    the model has it: an instant passed over there (`no-instant-passed-over`), or the occurrences starting there
+    differing between the store and the model (`model-agreement`)."""
+    def before(text) -> bool:
+        return (_instant(text) or at) < at
+
+    if check == "no-instant-passed-over":
+        return (row.get("schedule_id"), row.get("generation")) == (anchor.get("schedule_id"), anchor.get(
+            "generation")) and any(before(i) for i in row.get("instants_passed_over") or [])
+    if check == "model-agreement" and row.get("schedule") == anchor.get("schedule"):
+        database, model = ({(o.get("kind"), o.get("first_nominal_utc"))
+                            for o in (row.get(side) or {}).get("occurrences") or []
+                            if o.get("generation") == anchor.get("generation") and before(o.get("first_nominal_utc"))}
+                           for side in ("database", "model"))
+        return database != model
+    return False
+
+
 def _before_anchor(case: dict) -> list[dict]:
-    """The future anchors (facts) before which a failing check shows the store's grid and the model's differ: an
-    instant passed over (`no-instant-passed-over`), or occurrences before the anchor that differ (`model-agreement`)."""
-    anchors = _facts(case).get("future_anchors") or []
+    """The future anchors (facts) before which a failing check shows the grid decided otherwise than the model."""
     found = []
-    for check in case.get("checks", []):
-        if check.get("ok", True):
-            continue
-        for row in check.get("evidence") or []:
-            if not isinstance(row, dict):
-                continue
-            for anchor in anchors:
-                at = _instant(anchor.get("anchor"))
-                if at is None or anchor in found:
-                    continue
-                if check.get("name") == "no-instant-passed-over" and row.get("schedule_id") == anchor.get(
-                        "schedule_id") and row.get("generation") == anchor.get("generation"):
-                    if any((_instant(i) or at) < at for i in row.get("instants_passed_over") or []):
-                        found.append(anchor)
-                elif check.get("name") == "model-agreement" and row.get("schedule") == anchor.get("schedule"):
-                    sides = [{(o.get("generation"), o.get("kind"), o.get("first_nominal_utc"))
-                              for o in (row.get(side) or {}).get("occurrences") or []
-                              if o.get("generation") == anchor.get("generation")
-                              and (_instant(o.get("first_nominal_utc")) or at) < at} for side in ("database", "model")]
-                    if sides[0] != sides[1]:
-                        found.append(anchor)
+    for anchor in _facts(case).get("future_anchors") or []:
+        at = _instant(anchor.get("anchor"))
+        if at is not None and any(_shows_before(str(check.get("name")), row, anchor, at)
+                                  for check in case.get("checks", []) if not check.get("ok", True)
+                                  for row in check.get("evidence") or [] if isinstance(row, dict)):
+            found.append(anchor)
     return found
 
 

@@ -4,6 +4,7 @@ with JavaScript off); each case's detail is drawn on demand from compact JSON em
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from importlib import resources
 
@@ -89,6 +90,11 @@ def _header(report: dict) -> str:
             + f"<details><summary>Environment</summary>{_facts(environment)}</details>")
 
 
+def _code_spans(text: str) -> str:
+    """Plain text with its `backticked` spans as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
 def _diagnosis(report: dict) -> str:
     """The failing cases by first failing check, each group's likely cause and what to read (reports/diagnosis.py),
     right under the verdict."""
@@ -100,10 +106,11 @@ def _diagnosis(report: dict) -> str:
         size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
         cases = ", ".join(f"<a href='#{escape(matrix.anchor(str(c.get('id'))))}'><code>{escape(str(c.get('id')))}"
                           f"</code></a>" for c in group.cases[:diagnosis.SHOWN_CASES])
-        more = f" and {len(group.cases) - diagnosis.SHOWN_CASES} more" if len(group.cases) > diagnosis.SHOWN_CASES else ""
+        left = len(group.cases) - diagnosis.SHOWN_CASES
+        more = f" and {left} more" if left > 0 else ""
         if group.diagnosis is not None:
             body = (f"<b class=diagnosis-name>{escape(group.diagnosis.name)}</b>"
-                    f"<p class=cause>Likely cause: {escape(group.cause)}</p>"
+                    f"<p class=cause>Likely cause: {_code_spans(group.cause)}</p>"
                     f"<p class=read>Read: <code>{escape(group.diagnosis.reading())}</code></p>")
         else:
             body = f"<b class=diagnosis-name>no diagnosis</b><p class=rule>Rule: {escape(group.rule)}</p>"

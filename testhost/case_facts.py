@@ -29,7 +29,8 @@ AUTHORIZED = re.compile(r"connection authorized: user=(\S+) database=(\S+)")
 def scoped_barrier(name: str) -> bool:
     """An after-commit barrier of a scoped runtime transaction (a decision, a bridge, a Work's terminal one)."""
     barrier = BY_NAME.get(name)
-    return barrier is not None and barrier.position == "after-commit" and not barrier.transaction.startswith("dispatcher")
+    return (barrier is not None and barrier.position == "after-commit"
+            and not barrier.transaction.startswith("dispatcher"))
 
 
 def stderr_error(logs: dict[str, Path]) -> dict | None:
