@@ -73,15 +73,23 @@ def _asked_passes(case: dict) -> int:
 
 # -- the diagnoses ------------------------------------------------------------------------------------------------
 
+def _unreached(case: dict) -> list[str]:
+    """The DSN variables where no session of the implementation arrived (as far as the server's log tells)."""
+    facts = _facts(case)
+    return [variable for variable, key in (("CRASHPROOF_DISPATCHER_DSN", "dispatcher_sessions"),
+                                           ("CRASHPROOF_RUNTIME_DSN", "runtime_sessions")) if facts.get(key) == 0]
+
+
 def _never_connected(case: dict) -> bool:
-    return _facts(case).get("dispatcher_sessions") == 0 and _asked_passes(case) > 0
+    return bool(_unreached(case)) and _asked_passes(case) > 0
 
 
 def _never_connected_cause(case: dict) -> str:
-    return (f"the implementation never logged in where CRASHPROOF_DISPATCHER_DSN points: the server let no session "
-            f"of `appsurface_durable_dispatcher` into the case's database while {_asked_passes(case)} passes were "
-            "asked. Connect with the DSNs the host passes in the environment, as given (host, port, database, user), "
-            f"not a default, a PG* variable or a DSN of your own; {last_error(case)}")
+    return (f"the implementation never logged in where {' and '.join(_unreached(case))} "
+            f"point{'s' * (len(_unreached(case)) == 1)}: the server let none of its sessions into the case's database "
+            f"as that login while {_asked_passes(case)} passes were asked. Connect with the DSNs the host passes in "
+            "the environment, as given (host, port, database, user), not a default, a PG* variable or a DSN of your "
+            f"own; {last_error(case)}")
 
 
 def _no_scoped_commit(case: dict) -> bool:

@@ -59,8 +59,8 @@ def log_offset(world) -> int | None:
         return None
 
 
-def sessions_logged_in(world, offset: int | None, user: str, database: str) -> int | None:
-    """How many sessions the server let in as `user` to `database` since `offset` (None: not known)."""
+def sessions_logged_in(world, offset: int | None, users, database: str) -> int | None:
+    """How many sessions the server let in as one of `users` to `database` since `offset` (None: not known)."""
     if offset is None:
         return None
     try:
@@ -69,7 +69,7 @@ def sessions_logged_in(world, offset: int | None, user: str, database: str) -> i
             text = log.read().decode("utf-8", "replace")
     except OSError:
         return None
-    return sum(1 for m in AUTHORIZED.finditer(text) if m.group(1) == user and m.group(2) == database)
+    return sum(1 for m in AUTHORIZED.finditer(text) if m.group(1) in users and m.group(2) == database)
 
 
 def _error_text(answer: dict) -> str:
@@ -112,7 +112,8 @@ def future_anchors(state, schedule_names: dict[str, str]) -> list[dict]:
 
 
 def gather(*, answers: list[dict], timeline: list[dict], logs: dict[str, Path], dispatcher_sessions: int | None,
-           state=None, schedule_names: dict[str, str] | None = None) -> dict[str, Any]:
+           runtime_sessions: int | None = None, state=None,
+           schedule_names: dict[str, str] | None = None) -> dict[str, Any]:
     """The case's facts (documented in docs/report-format.md under `facts`)."""
     asked: dict[str, int] = {}
     for answer in answers:
@@ -135,7 +136,7 @@ def gather(*, answers: list[dict], timeline: list[dict], logs: dict[str, Path], 
             # work that needs a scoped transaction: a claimed schedule's decision, a client command
             "scoped_asked": claims + client_asked,
             "scoped_commits": sum(1 for e in reported if scoped_barrier(e.get("name", ""))) + client_ok,
-            "dispatcher_sessions": dispatcher_sessions,
+            "dispatcher_sessions": dispatcher_sessions, "runtime_sessions": runtime_sessions,
             "stderr_error": stderr_error(logs),
             "cancels": cancels(timeline),
             "future_anchors": future_anchors(state, schedule_names or {})}

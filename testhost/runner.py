@@ -237,6 +237,7 @@ class CaseRun:
         self.demotions: list[bridge_role.Demotion] = []  # passes whose runtime role is taken after their decision
         self.default_role_set = False  # the store's default role for bridge_role.DEFAULT_ROLE_LOGIN, reset at the end
         self.log_offset: int | None = None  # where the server log stood when the case began (case_facts.py)
+        self.runtime_logins: set[str] = set()  # every login CRASHPROOF_RUNTIME_DSN named in this case
         self.final_state = None  # the store as the checks read it at the end
 
     @property
@@ -268,6 +269,7 @@ class CaseRun:
             if runtime_user == bridge_role.DEFAULT_ROLE_LOGIN:  # its sessions in this store begin as the runtime role
                 bridge_role.set_default_role(self.world, self.store.dbname, runtime=True)
                 self.default_role_set = True
+        self.runtime_logins.add(runtime_user)
         env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(runtime_user, proxied=proxied),
                "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
                "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
@@ -1325,11 +1327,14 @@ class CaseRun:
         if not self.started:
             return {}
         try:
-            sessions = (case_facts.sessions_logged_in(self.world, self.log_offset, DISPATCHER, self.store.dbname)
+            def sessions(users) -> int | None:
+                return (case_facts.sessions_logged_in(self.world, self.log_offset, users, self.store.dbname)
                         if self.store is not None else None)
+            # the host's fallbacks log in as the runtime role too: then its sessions tell nothing of the implementation
+            runtime = None if self.fallbacks else sessions(self.runtime_logins)
             return case_facts.gather(answers=self.answers, timeline=self.timeline, logs=self.logs,
-                                     dispatcher_sessions=sessions, state=self.final_state,
-                                     schedule_names=self.schedule_names)
+                                     dispatcher_sessions=sessions({DISPATCHER}), runtime_sessions=runtime,
+                                     state=self.final_state, schedule_names=self.schedule_names)
         except Exception as exc:  # noqa: BLE001 - facts only explain a verdict; they never change one
             return {"unread": f"{type(exc).__name__}: {exc}"}
 

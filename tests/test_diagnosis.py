@@ -61,6 +61,7 @@ def test_each_plant_applies_to_the_reference_exactly_once(plant, tmp_path):
 def _case(case_id="s", verdict="fail", checks=None, **facts) -> dict:
     base = {"asked": {"process-due": 2}, "passes_refused": 0, "last_pass_error": None, "last_refusal": None,
             "claims_reported": 1, "scoped_asked": 1, "scoped_commits": 2, "dispatcher_sessions": 1,
+            "runtime_sessions": 1,
             "stderr_error": None, "cancels": [], "future_anchors": []}
     return {"id": case_id, "verdict": verdict, "reason": "", "facts": {**base, **facts},
             "checks": checks if checks is not None else [
@@ -78,6 +79,11 @@ def test_a_reference_like_case_and_a_report_without_facts_have_no_diagnosis():
 def test_each_predicate_holds_on_its_facts_and_the_registry_takes_the_first():
     stderr = {"instance": "A", "line": "error: unknown-scope: the scope is not registered"}
     assert diagnosis.diagnose(_case(dispatcher_sessions=0, scoped_commits=0)).name == "never-connected"
+    never = diagnosis.BY_NAME["never-connected"]
+    assert "where CRASHPROOF_RUNTIME_DSN points:" in never.cause(_case(runtime_sessions=0))
+    assert "where CRASHPROOF_DISPATCHER_DSN and CRASHPROOF_RUNTIME_DSN point:" in never.cause(
+        _case(runtime_sessions=0, dispatcher_sessions=0))
+    assert diagnosis.diagnose(_case(runtime_sessions=0, asked={"create": 1})) is None  # no pass asked
     assert diagnosis.diagnose(_case(dispatcher_sessions=None, scoped_commits=0)).name == "no-scoped-commit"
     scope = _case(scoped_commits=0, stderr_error=stderr, passes_refused=2)
     assert diagnosis.diagnose(scope).name == "no-scoped-commit"
@@ -165,7 +171,7 @@ def planted(tmp_path_factory):
 
 
 # What each plant's summary must also say of its cause: a fact of the run, quoted.
-SAYS = {"never-connected": ["CRASHPROOF_DISPATCHER_DSN", "Connection refused"],
+SAYS = {"never-connected": ["where CRASHPROOF_DISPATCHER_DSN and CRASHPROOF_RUNTIME_DSN point", "Connection refused"],
         "no-scoped-commit": ["set_local_scope", "set_config('appsurface_durable.scope_id', ..., true)"],
         "barrier-reply-ignored": ["`schedule-decision-after-commit`", "`cancel-pass`"],
         "grid-before-future-anchor": ["schedule `warmup`", "negative included"],
