@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
+from barriers.contract import CHANGES, CHANGES_PAGE
+
 from . import matrix
 
 PROTOCOL = "barriers/PROTOCOL.md"
@@ -34,6 +36,12 @@ class Diagnosis:
     cause: Callable[[dict], str]  # the likely cause in plain words, quoting the case's facts
     section: str  # the heading of PROTOCOL.md to read
     notes: tuple[tuple[str, str], ...]  # protocol notes to read: (number, title as the note's bold text begins)
+    changes: tuple[str, ...] = ()  # the contract changes (barriers/contract.py slugs) that made the rule it meets
+
+    def contract(self) -> str:
+        """The contract changes to read, each with the version that carried it."""
+        versions = {change.slug: change.version for change in CHANGES}
+        return ", ".join(f"`{slug}` (contract {versions.get(slug, '?')})" for slug in self.changes)
 
     @property
     def anchor(self) -> str:
@@ -42,7 +50,8 @@ class Diagnosis:
     def reading(self) -> str:
         """Where to read, in one line."""
         notes = "; ".join(f"{NOTES} {number} ({title})" for number, title in self.notes)
-        return f"{self.anchor} ({self.section})" + (f"; {notes}" if notes else "")
+        return (f"{self.anchor} ({self.section})" + (f"; {notes}" if notes else "")
+                + (f"; {CHANGES_PAGE} {self.contract()}" if self.changes else ""))
 
 
 def _facts(case: dict) -> dict:
@@ -182,15 +191,15 @@ DIAGNOSES: tuple[Diagnosis, ...] = (
               "How the TestHost runs your implementation", ()),
     Diagnosis("no-scoped-commit", _no_scoped_commit, _no_scoped_commit_cause, "Transactions of a pass",
               (("24j", "The scope authorizes only the transaction that set it"),
-               ("24f", "Proof and scope in one statement"))),
+               ("24f", "Proof and scope in one statement")), ("scope-through-set-local-scope", "bridge-role-proof")),
     Diagnosis("barrier-reply-ignored", lambda case: bool(_ignored_cancels(case)), _barrier_reply_ignored_cause,
               "`barrier-reply` (host → implementation)",
               (("34a", "A cancel rides on a barrier-reply: the action `cancel-pass`"),
                ("34c", "Honouring it is mandatory for every implementation of `process-due`"),
-               ("34d", "The lease in hand is finished"))),
+               ("34d", "The lease in hand is finished")), ("cancel-pass", "cancel-at-link")),
     Diagnosis("grid-before-future-anchor", lambda case: bool(_before_anchor(case)), _grid_cause,
               "Time: instants, lateness, recovery",
-              (("6", "Grid"), ("24m", "Every grid before a future anchor"))),
+              (("6", "Grid"), ("24m", "Every grid before a future anchor")), ("grid-before-anchor",)),
     Diagnosis("passes-refused", lambda case: (_facts(case).get("passes_refused") or 0) > 0, _passes_refused_cause,
               "Answers", (("24a", "Bounded retry of a claimed schedule"), ("24i", "An honest `fail`"))),
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from barriers.contract import CHANGES
 from mutants import _reference_root, materialize
 from reports import diagnosis
 from reports.markdown import Markdown
@@ -37,9 +38,12 @@ def test_each_diagnosis_points_at_a_protocol_section_and_notes_that_exist():
         assert d.anchor == f"barriers/PROTOCOL.md#{diagnosis.slug(d.section)}"
         for number, title in d.notes:
             assert f"\n{number}. **{title}" in notes, (d.name, number)
+        assert set(d.changes) <= {change.slug for change in CHANGES}, d.name
     assert diagnosis.slug("`barrier-reply` (host → implementation)") == "barrier-reply-host--implementation"
     assert diagnosis.slug("Time: instants, lateness, recovery") == "time-instants-lateness-recovery"
     assert diagnosis.BY_NAME["no-scoped-commit"].notes[0][0] == "24j"
+    assert "docs/contract-changes.md `scope-through-set-local-scope` (contract 2.0)" in \
+        diagnosis.BY_NAME["no-scoped-commit"].reading()
 
 
 def test_the_scope_diagnosis_names_set_local_scope_the_transaction_local_set_config_and_the_role_proof():
