@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from barriers import CATALOG, required_of
-from reports import report as reports
+from reports import diagnosis, report as reports
 from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
@@ -848,6 +848,8 @@ def certify(options: Options) -> tuple[int, dict]:
                         print(f"      {check['changed']}")
                     for row in check["evidence"][:5]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
+    for line in diagnosis.text(report):  # last, where a terminal leaves it in view
+        print(line)
     if stopped is not None and stopped.signum is not None:
         return 128 + stopped.signum, report
     if stopped is not None and stopped.harness:
