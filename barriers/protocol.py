@@ -54,27 +54,45 @@ class Timeout:
     meaning: str
 
 
+_URI_FORM = ("as a libpq connection URI: `postgresql://USER[:PASSWORD]@HOST:PORT/DBNAME[?KEYWORD=VALUE&...]`, every "
+             "part percent-encoded (a host that is a socket directory too; an IPv6 host in brackets), each keyword "
+             "of the DSN but user, password, host, port and dbname a query parameter. For a driver that reads only "
+             "URIs: node-pg's `connectionString` reads a keyword/value string as a database name.")
+
 ENVIRONMENT = (
-    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
-                        "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
-                        "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
-                        "transaction. In a scenario that tests the bridge's proof (`runtime_login`) it logs in as "
-                        "a role that is only a member of the runtime role, which your code must refuse, or as a "
-                        "login whose default role is the runtime role until the host takes that away "
-                        "(*Transactions of a pass*)."),
-    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
-                        "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
-                        "only."),
+    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, in libpq's "
+                        "keyword/value form (`host=127.0.0.1 port=54321 user=appsurface_durable_runtime "
+                        "dbname=...`; a value holding a space or a quote is single-quoted the libpq way), through "
+                        "the TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
+                        "`lost-commit-reply`), straight to the server otherwise. Use it, or the same connection "
+                        "as a URI in `CRASHPROOF_RUNTIME_DSN_URI`, for every scoped transaction. In a scenario that "
+                        "tests the bridge's proof (`runtime_login`) it logs in as a role that is only a member of "
+                        "the runtime role, which your code must refuse, or as a login whose default role is the "
+                        "runtime role until the host takes that away (*Transactions of a pass*)."),
+    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN_URI", "the same connection as `CRASHPROOF_RUNTIME_DSN` (server, port, "
+                        "database, login), " + _URI_FORM),
+    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, in the "
+                        "keyword/value form, through the proxy or straight to the server as the runtime DSN. Use it "
+                        "(or `CRASHPROOF_DISPATCHER_DSN_URI`) for the claim transaction only."),
+    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN_URI", "the same connection as `CRASHPROOF_DISPATCHER_DSN`, "
+                        + _URI_FORM),
     EnvironmentVariable("CRASHPROOF_SCOPE", "the scope ID to set as the local scope for client operations."),
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
     EnvironmentVariable("CRASHPROOF_DEADLINE_S", "the client-side deadline, in seconds, to apply to every database "
-                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang: give up on "
-                        "the round trip and close that connection (the host watches for the close; see *Answers*)."),
+                        "round trip: a decimal number with a fractional part (`2.0` in the cases, `5.0` in the "
+                        "schema-version stage), so parse it as a floating-point number, not an integer (Go's "
+                        "`strconv.ParseFloat`, Rust's `f64`). A lost COMMIT reply must turn into an error within "
+                        "it, not a hang: give up on the round trip and close that connection (the host watches for "
+                        "the close; see *Answers*). The host sets it at every start, so under the host it is never "
+                        "unset; the default you take without it (run by hand) is yours and no check reads it (the "
+                        "reference takes 30 s)."),
 )
 
 TIMEOUTS = (
-    Timeout("hello", 15.0, "from process start to the `hello` message"),
+    Timeout("build", 600.0, "the build stage: from the first start of a spawned command, once before any case, to "
+            "its first line on standard output (*Processes*)"),
+    Timeout("hello", 15.0, "from process start to the `hello` message, in every case (after the build stage)"),
     Timeout("operation", 60.0, "from a `request` to its `response`, not counting time the host holds a barrier"),
     Timeout("shutdown", 5.0, "from `shutdown` to process exit; then the host sends SIGKILL"),
 )
@@ -95,6 +113,17 @@ PROCESS_RULES = (
     "that keeps ending on its own ends the case after a bounded number of starts.",
     "Standard error goes to `REPORT_DIR/logs/<case id>/<instance>.stderr` (instances `A`, `B`, `takeover`; a "
     "restart appends to the same file), and each case in `report.json` names its logs.",
+    "A spawned command (every command but a `PYTHON -m MODULE` the fork server starts) gets a build stage first: "
+    "once per run, before any case, the host starts it with the environment a case gives (a store of the stage's "
+    "own, with the scope) and waits up to the build timeout (*Timeouts*) for its first line on standard output; "
+    "then it sends `shutdown` and kills the group, as after a case. A launcher that builds on its first start "
+    "(`cargo build`, `go build`, `npm ci && tsc`) builds there, so the hello timeout of every case measures a start "
+    "that finds the build done: keep what you build where the next start finds it, and build from standard error, "
+    "not standard output. What the first line says is the cases' to judge. A first start that exits, or says "
+    "nothing within the build timeout, ends the run before any case with one line naming the stage, how the start "
+    "ended and the last line of its standard error (`crashproof` exits 1, no report is written; the log is "
+    "`REPORT_DIR/logs/build-stage/A.stderr`). A run records the stage's time as `run.build_stage` of "
+    "`report.json`; `crashproof scenarios --matrix` and the pytest plugin run the stage too.",
 )
 
 # Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/skew.py).
