@@ -118,12 +118,13 @@ PROCESS_RULES = (
     "own, with the scope) and waits up to the build timeout (*Timeouts*) for its first line on standard output; "
     "then it sends `shutdown` and kills the group, as after a case. A launcher that builds on its first start "
     "(`cargo build`, `go build`, `npm ci && tsc`) builds there, so the hello timeout of every case measures a start "
-    "that finds the build done: keep what you build where the next start finds it, and build from standard error, "
-    "not standard output. What the first line says is the cases' to judge. A first start that exits, or says "
+    "that finds the build done: keep what you build where the next start finds it, and write the build's output "
+    "to standard error, not standard output. What the first line says is the cases' to judge. A first start that exits, or says "
     "nothing within the build timeout, ends the run before any case with one line naming the stage, how the start "
     "ended and the last line of its standard error (`crashproof` exits 1, no report is written; the log is "
     "`REPORT_DIR/logs/build-stage/A.stderr`). A run records the stage's time as `run.build_stage` of "
-    "`report.json`; `crashproof scenarios --matrix` and the pytest plugin run the stage too.",
+    "`report.json`; `crashproof scenarios --matrix`, `crashproof explore` and the pytest plugin run the stage "
+    "too, and `crashproof mutants --impl` starts each patched copy once before its cases, under the same timeout.",
 )
 
 # Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/skew.py).

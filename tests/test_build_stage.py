@@ -88,3 +88,12 @@ def test_a_build_that_never_ends_stops_the_run_and_leaves_no_process(tmp_path, m
         certify(Options(command=str(launcher), cases=["at-single"], report_dir=tmp_path / "report",
                         progress=lambda line: None))
     assert group_members(int(pid_file.read_text())) == []
+
+
+def test_explore_runs_the_build_stage_too(tmp_path):
+    from testhost.explore import Options as ExploreOptions, explore
+    launcher = _launcher(tmp_path, "#!/bin/sh\necho 'error: linking with `cc` failed' >&2\nexit 1\n")
+    with pytest.raises(BuildStageFailed, match=r"^build stage: .*exited with status 1 before its hello; its last "
+                                               r"stderr line: error: linking with `cc` failed"):
+        explore(ExploreOptions(command=str(launcher), max_examples=1, out=tmp_path / "found",
+                               report_dir=tmp_path / "report", progress=lambda line: None))
