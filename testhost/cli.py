@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (TestHostError, ScenarioError) as exc:
         print(f"crashproof: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code if isinstance(exc, TestHostError) else 2
     except KeyboardInterrupt:
         return 130
 

@@ -21,6 +21,7 @@ from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
 from . import bridge_role, case_facts, skew
+from .adapter_env import adapter_environment
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .cancel_pass import CancelPlan, keeps_committed
@@ -270,9 +271,8 @@ class CaseRun:
                 bridge_role.set_default_role(self.world, self.store.dbname, runtime=True)
                 self.default_role_set = True
         self.runtime_logins.add(runtime_user)
-        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(runtime_user, proxied=proxied),
-               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
-               "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
+        env = adapter_environment(self.store.dsn(runtime_user, proxied=proxied),
+                                  self.store.dsn(DISPATCHER, proxied=proxied), SCOPE, DEADLINE_S)
         if len(self.started) >= MAX_STARTS:
             last = self.started[-1]
             raise ImplementationDied(f"started {len(self.started)} times in this case, the implementation ended "
