@@ -89,7 +89,7 @@ CHANGES: tuple[Change, ...] = (
            "function only a setting's value, so no store can honour a transaction-local `set_config` and still "
            "refuse the session-level value that leaks a tenant's rows through a pooled connection (note 24j; "
            "tests/test_store_scope.py). Every check fails on a store that never sees your scope; the diagnosis "
-           "`scope-not-honoured` names this change",
+           "`no-scoped-commit` names this change",
            _n("24j The scope authorizes only the transaction that set it")),
     Change("2.0", "2026-12-01", ("9ed0c54",), "lease-cap-where-it-ends", "The claim function's ten-minute cap is "
            "computed where the lease ends (months, then days, then time, as PostgreSQL adds them), not on the "
@@ -237,6 +237,14 @@ CHANGES: tuple[Change, ...] = (
            "its cutoff: `idle-pass-keeps-cursor` is the reference's choice, reported as a difference and never a "
            "failure", MINOR, ("idle-pass-keeps-cursor",), "nothing (loosened)",
            _n("2 The cursor moves to the cutoff", "24k Idle passes keep the cursor")),
+    Change("6.1", "2026-12-02", (), "build-stage-and-uris", "A spawned command's first start is a build stage "
+           "with its own 600 s timeout before any case, so a launcher that compiles on first start certifies; each "
+           "DSN also comes as a `postgresql://` URI (`CRASHPROOF_RUNTIME_DSN_URI`, `CRASHPROOF_DISPATCHER_DSN_URI`); "
+           "`CRASHPROOF_DEADLINE_S` is always a decimal", MINOR, (),
+           "nothing: parse `CRASHPROOF_DEADLINE_S` as a float, and take the URI form if your driver reads only URIs"),
+    Change("6.1", "2026-12-02", (), "diagnosis", "A failed run's summary groups its failures by first failing check "
+           "with a likely cause, the PROTOCOL.md section and the notes and contract changes to read", MINOR, (),
+           "nothing"),
     Change("6.1", "2026-12-02", (), "rule-classes", "Every rule carries its class (spec, pinned reading, adapter "
            "protocol, reference choice); the hello may name the contract it targets (`contract`), and failures of "
            "checks changed since say so", MINOR, (), "nothing: `contract` is optional"),

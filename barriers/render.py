@@ -212,7 +212,9 @@ def render() -> str:
         *[f"| {t.name} | {t.seconds:g} | {t.meaning} |" for t in TIMEOUTS],
         "",
         "A process that exits, writes a line that is not JSON, sends an unknown message type, or misses a timeout "
-        "ends its case with the verdict `error` and the reason; the run goes on with the next case.",
+        "ends its case with the verdict `error` and the reason; the run goes on with the next case (the build "
+        "stage's first start ends the run instead: *Processes*). `CRASHPROOF_<NAME>_TIMEOUT_S` in the environment "
+        "`crashproof` runs in changes one for that run (`CRASHPROOF_BUILD_TIMEOUT_S=1800` for a longer build).",
         "",
         "## Messages",
         "",

@@ -4,10 +4,11 @@ with JavaScript off); each case's detail is drawn on demand from compact JSON em
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from importlib import resources
 
-from . import matrix, timeline
+from . import diagnosis, matrix, timeline
 from .report import Loaded, clock_skew, outcome, which_code
 from .text import evidence_columns
 
@@ -81,11 +82,43 @@ def _header(report: dict) -> str:
     return (f"<h1>crashproof certification report</h1>"
             f"<div class='verdict {'ok' if ok else 'bad'}' id=verdict>{escape(sentence)}</div>"
             f"<p>{escape(counts)}</p>"
+            + _diagnosis(report)
             + (f"<p class=not-compared id=not-compared>{escape(uncompared)}</p>" if uncompared else "")
             + (f"<h2>Run problems</h2><ul>{problems}</ul>" if problems else "")
             + _facts(facts)
             + f"<h2>Fault model</h2><p class=model>{escape(fault_model(report))}</p>"
             + f"<details><summary>Environment</summary>{_facts(environment)}</details>")
+
+
+def _code_spans(text: str) -> str:
+    """Plain text with its `backticked` spans as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
+def _diagnosis(report: dict) -> str:
+    """The failing cases by first failing check, each group's likely cause and what to read (reports/diagnosis.py),
+    right under the verdict."""
+    found = diagnosis.groups(report)
+    if not found:
+        return ""
+    items = []
+    for group in found:
+        size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
+        cases = ", ".join(f"<a href='#{escape(matrix.anchor(str(c.get('id'))))}'><code>{escape(str(c.get('id')))}"
+                          f"</code></a>" for c in group.cases[:diagnosis.SHOWN_CASES])
+        left = len(group.cases) - diagnosis.SHOWN_CASES
+        more = f" and {left} more" if left > 0 else ""
+        if group.diagnosis is not None:
+            body = (f"<b class=diagnosis-name>{escape(group.diagnosis.name)}</b>"
+                    f"<p class=cause>Likely cause: {_code_spans(group.cause)}</p>"
+                    f"<p class=read>Read: <code>{escape(group.diagnosis.reading())}</code></p>")
+        else:
+            body = f"<b class=diagnosis-name>no diagnosis</b><p class=rule>Rule: {escape(group.rule)}</p>"
+        items.append(f"<li data-diagnosis='{escape(group.diagnosis.name if group.diagnosis else '')}'>"
+                     f"<b>{size}</b>, first failing check <code>{escape(group.check)}</code>: {body}"
+                     f"<p class=cases>Cases: {cases}{more}</p></li>")
+    return (f"<section id=diagnosis><h2>{escape(diagnosis.headline(report, found))}</h2>"
+            f"<ul>{''.join(items)}</ul></section>")
 
 
 def _matrix(m: matrix.Matrix) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import matrix
+from . import diagnosis, matrix
 from .report import Loaded, clock_skew, outcome, which_code
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
@@ -18,6 +18,24 @@ def _counts_table(title: str, groups: dict) -> list[str]:
         lines.append(f"| {_cell(key)} | {counts['pass']} | {counts['fail']} | {counts['error']} | "
                      f"{counts['not-run']} |")
     return lines
+
+
+def _diagnosis(report: dict) -> list[str]:
+    """The failing cases by first failing check, each group's likely cause and what to read (reports/diagnosis.py)."""
+    found = diagnosis.groups(report)
+    if not found:
+        return []
+    lines = [f"### {diagnosis.headline(report, found)}", ""]
+    for group in found:
+        size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
+        if group.diagnosis is not None:
+            lines.append(f"- **{size}**, first failing check `{group.check}`: **{group.diagnosis.name}**. "
+                         f"Likely cause: {_cell(group.cause)}. Read `{group.diagnosis.reading()}`. "
+                         f"Cases: {_cell(group.ids())}")
+        else:
+            lines.append(f"- **{size}**, first failing check `{group.check}`: no diagnosis. Rule: "
+                         f"{_cell(group.rule)}. Cases: {_cell(group.ids())}")
+    return lines + [""]
 
 
 class Markdown:
@@ -42,6 +60,7 @@ class Markdown:
                       + (f" (not in effect: {', '.join(f'`{i}`' for i in skew['not_in_effect_cases'][:10])}"
                          f"{' …' if len(skew['not_in_effect_cases']) > 10 else ''})" if skew["not_in_effect_cases"]
                          else ""), ""]
+        lines += _diagnosis(report)
         for problem in run.get("problems") or []:
             lines.append(f"- run problem: {_cell(problem)}")
         if matrix.uncompared_sentence(cases):

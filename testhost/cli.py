@@ -273,7 +273,7 @@ def cmd_world(args) -> int:
 def cmd_report(args) -> int:
     from pathlib import Path
 
-    from reports import ReportError, certificate, compare, render, report, text
+    from reports import ReportError, certificate, compare, diagnosis, render, report, text
     try:
         if args.action == "render":
             for path in render.render(Path(args.dir), render.parse_formats(args.format)):
@@ -291,6 +291,8 @@ def cmd_report(args) -> int:
             s = merged["summary"]
             print(f"merged {len(args.dirs)} reports: {s['cases']} cases, {s['passed']} passed, {s['failed']} failed, "
                   f"{s['error']} error, {s['not_run']} not run; report: {out}")
+            for line in diagnosis.text(merged):  # the merged run's, as certify ends a run
+                print(line)
         elif args.action == "sign":
             print(certificate.sign(Path(args.dir), Path(args.key)))
         else:
@@ -500,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (TestHostError, ScenarioError) as exc:
         print(f"crashproof: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code if isinstance(exc, TestHostError) else 2
     except KeyboardInterrupt:
         return 130
 
