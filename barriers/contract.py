@@ -237,6 +237,11 @@ CHANGES: tuple[Change, ...] = (
            "its cutoff: `idle-pass-keeps-cursor` is the reference's choice, reported as a difference and never a "
            "failure", MINOR, ("idle-pass-keeps-cursor",), "nothing (loosened)",
            _n("2 The cursor moves to the cutoff", "24k Idle passes keep the cursor")),
+    Change("6.1", "2026-12-02", (), "work-own-clock-any-bridge", "`work-own-clock` holds the dispatch row "
+           "wherever the bridge can meet it (also after a fault the process survived, so a bridge retried alone on "
+           "a new session is judged), and a case that offers no hold is not compared; it never fails a retry "
+           "shape", MINOR, ("work-own-clock",), "nothing (loosened)",
+           _n("24r The Work's own clock, against the bridge's.")),
     Change("6.1", "2026-12-02", (), "build-stage-and-uris", "A spawned command's first start is a build stage "
            "with its own 600 s timeout before any case, so a launcher that compiles on first start certifies; each "
            "DSN also comes as a `postgresql://` URI (`CRASHPROOF_RUNTIME_DSN_URI`, `CRASHPROOF_DISPATCHER_DSN_URI`); "
@@ -379,7 +384,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "beside-barrier-reached": ("d8762ba112", "3.0"),
     "fence-locked-beside-decision": ("424637b362", "3.0"),
     "process-counts": ("160f37734d", "3.0"),
-    "work-own-clock": ("3de92c62f0", "3.0"),
+    "work-own-clock": ("3de92c62f0", "6.1"),
     "pass-bounded": ("2343fe1c0a", "6.0"),
     "empty-pass-ok": ("a5cd7cc3a7", "4.0"),
     "pass-leaves-no-lease": ("86b61bdee9", "4.0"),
