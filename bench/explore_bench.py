@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from reports import counted
 from testhost.certify import Options as CertifyOptions, certify
 
 from .figures import Figure
@@ -32,7 +33,7 @@ def explore_ci() -> list[Figure]:
     matrix_s = time.monotonic() - begun
     cases_per_s = matrix["summary"]["cases"] / matrix_s
     return [
-        Figure(f"explore --profile ci, 2 jobs ({ran['examples']} examples, {ran['steps']} steps, {ran['faulted']} "
+        Figure(f"explore --profile ci, 2 jobs ({counted(ran['examples'], 'example')}, {counted(ran['steps'], 'step')}, {ran['faulted']} "
                f"faulted cases, {len(ran['found'])} found)", elapsed, "s", "<= 300 s", elapsed <= LIMIT_S and code == 0),
         Figure("explore examples per second", ran["examples"] / elapsed, "/s", "reported", True, cases_per_s,
                f"matrix ({MATRIX_SLICE}) cases/s"),

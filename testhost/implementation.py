@@ -204,7 +204,8 @@ class Implementation:
             raise AdapterProtocolError(f"hello speaks protocol {hello.get('protocol')!r}, not {PROTOCOL_VERSION}")
         missing = set(MANDATORY) - set(hello.get("operations", []))
         if missing:
-            raise AdapterProtocolError(f"hello lacks the mandatory operation(s) {sorted(missing)}")
+            raise AdapterProtocolError(f"hello lacks the mandatory operation{'s' * (len(missing) != 1)} "
+                                       f"{', '.join(sorted(missing))}")
         self.hello = hello
         self.hello_utc = datetime.now(timezone.utc)
 

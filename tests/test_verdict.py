@@ -168,7 +168,7 @@ def test_a_scenario_planned_fault_free_only_has_nothing_to_lint(capsys, tmp_path
     """No fault is injected into a `fault_free` scenario, so no recovery can shift its outcome."""
     (tmp_path / "shift.toml").write_text("fault_free = true\n" + EXAMPLE.read_text())
     assert main(["scenarios", "--lint", "--strict", "--catalog", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "0 warnings in 1 scenarios"
+    assert capsys.readouterr().out.splitlines()[-1] == "0 warnings in 1 scenario"
 
 
 def test_scenarios_lint_prints_one_line_per_warning_and_exits_1_only_when_strict(capsys, tmp_path):
