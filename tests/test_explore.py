@@ -578,6 +578,9 @@ def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
     assert report["run"]["explore"]["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
     ran = report["run"]["explore"]
     assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
+    # No hostile call reached it: its client calls went to the harness's fallback, the claims to the function.
+    assert ran["hostile"]["to"]["implementation"] == 0 and ran["hostile"]["to"]["fallback"] > 0
+    assert report["implementation"]["identity"]  # as its hello said
 
 
 def test_expect_any_is_for_client_steps_only():
