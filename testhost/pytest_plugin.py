@@ -57,7 +57,7 @@ def _clock_offset(config):
 def pytest_configure(config):
     if config.getoption("crashproof", False):
         _clock_offset(config)  # refused before the census starts a world
-        if config.getini("cache_dir") == DEFAULT_CACHE_DIR:
+        if config.pluginmanager.hasplugin("cacheprovider") and config.getini("cache_dir") == DEFAULT_CACHE_DIR:
             # pytest has no public way to set an ini value from a plugin; the cache of its values is the one place
             # (tests/test_pytest_plugin.py fails when a pytest release moves it: the folder gets a .pytest_cache).
             config._inicache["cache_dir"] = str(cache_dir(config.rootpath))

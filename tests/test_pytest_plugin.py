@@ -55,6 +55,9 @@ def test_collect_only_lists_the_fault_free_runs_without_running_the_implementati
     assert "faulted cases are planned from the barriers that run reaches" in listed.stdout
     assert "fault-free [" not in listed.stderr  # no census progress line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["test_own.py"]  # no __pycache__, no .pytest_cache
+    without_cache = _pytest(tmp_path, "-p", "no:cacheprovider", "--crashproof-scenario", "at-single",
+                            "--collect-only", "-q")
+    assert without_cache.returncode == 0, without_cache.stdout + without_cache.stderr
     chosen = _pytest(tmp_path, "--crashproof-scenario", "at-*,every-*", "-k", "at-single", "--collect-only", "-q")
     assert [l for l in chosen.stdout.splitlines() if l.startswith("crashproof/")] == [
         "crashproof/at-single::fault-free"]  # -k matches the scenario
