@@ -23,7 +23,15 @@ def _pytest(cwd, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_a_slice_runs_under_xdist_with_junitxml(tmp_path):
+@pytest.fixture
+def cache(tmp_path):
+    """Where pytest's cache goes for runs in tmp_path (under CRASHPROOF_HOME), removed after the test."""
+    path = cache_dir(tmp_path.resolve())
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_slice_runs_under_xdist_with_junitxml(tmp_path, cache):
     home = Workspace().root
     worlds_before = set((home / "worlds").glob("pytest-gw*"))
     logs_before = set(home.glob("pytest-logs-*"))  # an earlier run's failures keep theirs
@@ -40,8 +48,7 @@ def test_a_slice_runs_under_xdist_with_junitxml(tmp_path):
         "schedule-link-after-commit[db-crash-1]"))  # no pause: its lease is spent
     assert "gw0" in done.stdout or "2 workers" in done.stdout or "bringing up nodes" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml"]  # no .pytest_cache in the folder
-    assert cache_dir(tmp_path.resolve()).is_dir()  # pytest's cache is kept under CRASHPROOF_HOME instead
-    shutil.rmtree(cache_dir(tmp_path.resolve()))
+    assert cache.is_dir()  # pytest's cache is kept under CRASHPROOF_HOME instead
 
 
 def test_collect_only_lists_the_fault_free_runs_without_running_the_implementation(tmp_path):
@@ -63,7 +70,7 @@ def test_collect_only_lists_the_fault_free_runs_without_running_the_implementati
         "crashproof/at-single::fault-free"]  # -k matches the scenario
 
 
-def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
+def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path, cache):
     mutant = ["--crashproof-impl", f"{sys.executable} -m mutants cursor-own-transaction", "--crashproof-scenario",
               "at-single", "--crashproof-barrier", "schedule-decision-after-commit", "--crashproof-fault", "kill"]
     first = _pytest(tmp_path, *mutant, "--junitxml", "junit.xml")
@@ -88,10 +95,9 @@ def test_a_failing_case_reports_its_checks_and_reruns_with_lf(tmp_path):
         assert "1 failed" in again.stdout and "1 deselected" in again.stdout
         assert "passed" not in again.stdout.splitlines()[-1]
         # --lf found its failures in the cache kept under CRASHPROOF_HOME, not in the implementation's folder.
-        assert (cache_dir(tmp_path.resolve()) / "v" / "cache" / "lastfailed").exists()
+        assert (cache / "v" / "cache" / "lastfailed").exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml"]
     finally:
-        shutil.rmtree(cache_dir(tmp_path.resolve()), ignore_errors=True)
         for kept in re.findall(r"crashproof: the cases' logs are kept in (\S+)", again.stdout):
             shutil.rmtree(kept)
 
