@@ -9,7 +9,7 @@ JOBS ?=
 IMPL ?=
 IMPL_COMMAND = $(if $(filter go,$(IMPL)),examples/go/run.sh,$(IMPL))
 
-.PHONY: setup test test-under-load certify mutants bench clean
+.PHONY: setup test test-under-load certify mutants variants bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -36,6 +36,11 @@ certify: setup
 mutants: setup
 	$(VENV)/bin/crashproof mutants $(if $(filter go,$(IMPL)),--impl examples/go/run.sh --mutants examples/go/mutants) \
 		$(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)
+
+# Every legal variant of the reference on the whole matrix and under explore's ci profile: each must certify, and a
+# failure is a harness defect (docs/variants.md).
+variants: setup
+	$(VENV)/bin/crashproof variants --explore $(if $(JOBS),--jobs $(JOBS)) --report-dir $(REPORT_DIR)/variants
 
 bench: setup
 	$(PY) -m bench

@@ -54,27 +54,45 @@ class Timeout:
     meaning: str
 
 
+_URI_FORM = ("as a libpq connection URI: `postgresql://USER[:PASSWORD]@HOST:PORT/DBNAME[?KEYWORD=VALUE&...]`, every "
+             "part percent-encoded (a host that is a socket directory too; an IPv6 host in brackets), each keyword "
+             "of the DSN but user, password, host, port and dbname a query parameter. For a driver that reads only "
+             "URIs: node-pg's `connectionString` reads a keyword/value string as a database name.")
+
 ENVIRONMENT = (
-    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, through the "
-                        "TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
-                        "`lost-commit-reply`), straight to the server otherwise. Use it for every scoped "
-                        "transaction. In a scenario that tests the bridge's proof (`runtime_login`) it logs in as "
-                        "a role that is only a member of the runtime role, which your code must refuse, or as a "
-                        "login whose default role is the runtime role until the host takes that away "
-                        "(*Transactions of a pass*)."),
-    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, through the "
-                        "proxy or straight to the server as the runtime DSN. Use it for the claim transaction "
-                        "only."),
+    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN", "libpq connection string for the runtime role, in libpq's "
+                        "keyword/value form (`host=127.0.0.1 port=54321 user=appsurface_durable_runtime "
+                        "dbname=...`; a value holding a space or a quote is single-quoted the libpq way), through "
+                        "the TestHost's proxy in a case whose fault acts on the network (`disconnect`, "
+                        "`lost-commit-reply`), straight to the server otherwise. Use it, or the same connection "
+                        "as a URI in `CRASHPROOF_RUNTIME_DSN_URI`, for every scoped transaction. In a scenario that "
+                        "tests the bridge's proof (`runtime_login`) it logs in as a role that is only a member of "
+                        "the runtime role, which your code must refuse, or as a login whose default role is the "
+                        "runtime role until the host takes that away (*Transactions of a pass*)."),
+    EnvironmentVariable("CRASHPROOF_RUNTIME_DSN_URI", "the same connection as `CRASHPROOF_RUNTIME_DSN` (server, port, "
+                        "database, login), " + _URI_FORM),
+    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN", "libpq connection string for the dispatcher role, in the "
+                        "keyword/value form, through the proxy or straight to the server as the runtime DSN. Use it "
+                        "(or `CRASHPROOF_DISPATCHER_DSN_URI`) for the claim transaction only."),
+    EnvironmentVariable("CRASHPROOF_DISPATCHER_DSN_URI", "the same connection as `CRASHPROOF_DISPATCHER_DSN`, "
+                        + _URI_FORM),
     EnvironmentVariable("CRASHPROOF_SCOPE", "the scope ID to set as the local scope for client operations."),
     EnvironmentVariable("CRASHPROOF_BARRIERS", "the barrier endpoint. `stdio`: report each barrier hit on standard "
                         "output and wait for the host's reply on standard input. Unset: barriers are off."),
     EnvironmentVariable("CRASHPROOF_DEADLINE_S", "the client-side deadline, in seconds, to apply to every database "
-                        "round trip. A lost COMMIT reply must turn into an error within it, not a hang: give up on "
-                        "the round trip and close that connection (the host watches for the close; see *Answers*)."),
+                        "round trip: a decimal number with a fractional part (`2.0` in the cases, `5.0` in the "
+                        "schema-version stage), so parse it as a floating-point number, not an integer (Go's "
+                        "`strconv.ParseFloat`, Rust's `f64`). A lost COMMIT reply must turn into an error within "
+                        "it, not a hang: give up on the round trip and close that connection (the host watches for "
+                        "the close; see *Answers*). The host sets it at every start, so under the host it is never "
+                        "unset; the default you take without it (run by hand) is yours and no check reads it (the "
+                        "reference takes 30 s)."),
 )
 
 TIMEOUTS = (
-    Timeout("hello", 15.0, "from process start to the `hello` message"),
+    Timeout("build", 600.0, "the build stage: from the first start of a spawned command, once before any case, to "
+            "its first line on standard output (*Processes*)"),
+    Timeout("hello", 15.0, "from process start to the `hello` message, in every case (after the build stage)"),
     Timeout("operation", 60.0, "from a `request` to its `response`, not counting time the host holds a barrier"),
     Timeout("shutdown", 5.0, "from `shutdown` to process exit; then the host sends SIGKILL"),
 )
@@ -95,6 +113,18 @@ PROCESS_RULES = (
     "that keeps ending on its own ends the case after a bounded number of starts.",
     "Standard error goes to `REPORT_DIR/logs/<case id>/<instance>.stderr` (instances `A`, `B`, `takeover`; a "
     "restart appends to the same file), and each case in `report.json` names its logs.",
+    "A spawned command (every command but a `PYTHON -m MODULE` the fork server starts) gets a build stage first: "
+    "once per run, before any case, the host starts it with the environment a case gives (a store of the stage's "
+    "own, with the scope) and waits up to the build timeout (*Timeouts*) for its first line on standard output; "
+    "then it sends `shutdown` and kills the group, as after a case. A launcher that builds on its first start "
+    "(`cargo build`, `go build`, `npm ci && tsc`) builds there, so the hello timeout of every case measures a start "
+    "that finds the build done: keep what you build where the next start finds it, and write the build's output "
+    "to standard error, not standard output. What the first line says is the cases' to judge. A first start that exits, or says "
+    "nothing within the build timeout, ends the run before any case with one line naming the stage, how the start "
+    "ended and the last line of its standard error (`crashproof` exits 1, no report is written; the log is "
+    "`REPORT_DIR/logs/build-stage/A.stderr`). A run records the stage's time as `run.build_stage` of "
+    "`report.json`; `crashproof scenarios --matrix`, `crashproof explore` and the pytest plugin run the stage "
+    "too, and `crashproof mutants --impl` starts each patched copy once before its cases, under the same timeout.",
 )
 
 # Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/skew.py).
@@ -145,10 +175,13 @@ _revision = Field("expected_revision", "integer", True, "the revision the caller
 
 OPERATIONS = (
     Operation("process-due", True, "one bounded pass of the implementation's processor",
-              (Field("maximum_schedules", "integer", False, "at most this many schedules (default 1)"),
+              (Field("maximum_schedules", "integer", False, "at most this many schedules (default 1). The host sends a "
+                     "whole number from 1 only (*Answers*: what another value gets is yours)"),
                Field("lease_seconds", "number", False, "lease duration to claim with (default 30). The host sets it "
-                     "(2 s in the suite) and moves the server clock just past it to recover from a fault: honour it"),
-               Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own)"),
+                     "(2 s in the suite) and moves the server clock just past it to recover from a fault: honour it. "
+                     "One the claim function refuses must be refused (*Answers*)"),
+               Field("lease_owner", "string", False, "lease owner to claim as (default: the implementation's own); "
+                     "a blank or control-character one must be refused (*Answers*)"),
                Field("cancel_after", "integer", False, "cancel the pass after this many schedules: cancellation "
                      "must be observed before the next lease is started, and what was committed stays committed")),
               "counts: an object of integers, any of the names under *Counts of a pass* below (each optional; "
@@ -175,10 +208,13 @@ MESSAGES = (
             (Field("protocol", "integer", True, f"protocol version, {PROTOCOL_VERSION}"),
              Field("implementation", "string", True, "name and version, printed in the certificate"),
              Field("operations", "array of strings", True, "the operations it implements; `process-due` is mandatory"),
+             Field("contract", "integer", False, "the contract major version you implement "
+                   "(docs/contract-changes.md); a failing check whose rule changed after it says so, and a version "
+                   "newer than the host's is refused"),
              Field("clock_utc", "string (RFC 3339)", False, "your process's own wall-clock reading, for the host to "
                    "see whether a skewed OS clock it asked for took effect (*Your own clock*); never used for a "
                    "verdict on your protocol")),
-            '{"type": "hello", "protocol": 1, "implementation": "acme-scheduler 2.3", "operations": ["process-due", "create"]}'),
+            '{"type": "hello", "protocol": 1, "contract": 6, "implementation": "acme-scheduler 2.3", "operations": ["process-due", "create"]}'),
     Message("request", "host → implementation", "run one operation; one request at a time, in order",
             (Field("id", "integer", True, "echoed in the response"), Field("op", "string", True, "the operation"),
              Field("args", "object", True, "the operation's arguments")),
@@ -427,10 +463,16 @@ NORMATIVE = (
         "One due instant is a `nominal` occurrence with first = last = that instant. Two or more are one "
         "`recovery` occurrence with the range [first, last] under misfire policy `run-once`; under `skip` the "
         "range writes no occurrence at all, only the history row `recovery-skipped` (`processor-history`).",
-        "The cursor moves only in a decision that disposes of at least one due instant (an occurrence written or "
-        "extended, or a range skipped), and then to that decision's cutoff. A pass with nothing due, a cutoff at "
-        "or behind the cursor, a fence mismatch and an anomaly leave it where it is (`idle-pass-keeps-cursor`, "
-        "`cursor-within-decisions-and-server-time`).",
+        "Under `skip` a range is skipped also while the QueueOne slot is held: the policy wins, the range writes "
+        "its `recovery-skipped` row and no occurrence, and neither creates nor extends the pending coalesced one. "
+        "One due instant is no range: behind a held slot it coalesces under either policy (protocol note 5a; "
+        "`model-agreement`, `processor-history`).",
+        "A decision that disposes of at least one due instant (an occurrence written or extended, or a range "
+        "skipped) moves the cursor to that decision's cutoff. A cutoff at or behind the cursor, a fence mismatch "
+        "and an anomaly leave it where it is (`cursor-never-moves-back`, `fence-before-cursor-at-every-step`, "
+        "`suspension-keeps-the-cursor`, `cursor-within-decisions-and-server-time`). A pass with nothing due may "
+        "leave it or move it to its cutoff: the reference leaves it, and `idle-pass-keeps-cursor` reports the "
+        "other as a difference from the reference, never a failure (a reference choice).",
         "The safety window is the generation's own `safety_window_s` (default 3600): lateness at or under it is a "
         "recovery (or nominal) decision, never a suspension (`anomaly-only-past-the-window`; scenario "
         "`safety-window-sides`: a 120 s window late by about 240 s suspends, a 7,200 s window late by about "
@@ -518,6 +560,13 @@ NORMATIVE = (
         "*Counts of a pass* equals what the verifier saw commit while the pass ran (`process-counts`).",
         "A cancelled pass (`cancel_after`) answers `ok` with the counts of what it did; what it committed stays "
         "committed. A pass whose claim found nothing answers `ok` with zero counts.",
+        "A pass asked for a lease the claim function refuses (a `lease_seconds` of zero or less, or longer than ten "
+        "minutes; a blank or control-character `lease_owner`: scenario `claim-refusals` sends 1800, 0 and \" \", "
+        "explore also -5 and 601) answers `fail` and changes no row: let `claim_schedule_dispatch` refuse it "
+        "(SQLSTATE class 22) before anything of the pass commits, or refuse it yourself first (`step-outcomes`). "
+        "`maximum_schedules` is a whole number from 1 in every request the host sends (a scenario step with "
+        "another value is refused when its catalog loads), so no check reads what you answer to 0, a negative "
+        "number or a non-integer; the reference answers `fail` (error kind `bad-arguments`) and changes nothing.",
         "A pass is also cancelled in flight: the host answers one of its barriers after a commit ("
         + ", ".join(f"`{b}`" for b in CANCEL_BARRIERS) + "; scenario step `cancel_at`) with the barrier-reply action "
         "`cancel-pass` instead of `continue`. Honouring it is mandatory, like `cancel_after`, at each of them: go on "
@@ -558,13 +607,59 @@ NORMATIVE = (
     )),
     Section("Barriers on paths that decide nothing", (
         "The claim barriers fire only when the claim returned a row. The decision barriers fire for every "
-        "claimed schedule whose dispatch revision still matches, whatever the decision is: nothing due, a fence "
-        "or anomaly suspension, or a disposition. A fenced transaction (lease lost) writes nothing; the reference "
-        "reports no barrier for it. The matrix plans faults by hit number from the reference's fault-free run, so "
-        "a barrier reached fewer times than there fails `planned-fault-fired`. The bridge barriers `schedule-bridge-before-commit` and `schedule-link-after-commit` fire for "
-        "every bridge transaction, including one that only releases the lease (a fence found, no candidate); "
-        "`schedule-work-after-acceptance` fires only once a Work was accepted (also when the link then "
-        "conflicts). The Work-terminal barriers fire only for a transition into a terminal state.",
+        "claimed schedule whose lease still holds (its dispatch revision the claimed one, the row `leased`), "
+        "whatever the decision is: nothing due, a suspension (stale runtime epoch or scope generation, clock "
+        "anomaly), or a disposition. A transaction that finds its lease lost (another dispatch revision: the "
+        "lease expired and was taken over, or the schedule was deleted) writes nothing; the reference reports no "
+        "barrier for it. The matrix plans faults by hit number from the reference's fault-free run, so a barrier "
+        "reached fewer times than there fails `planned-fault-fired`.",
+        "A pass opens a bridge for a schedule right after that schedule's decision committed, in the same pass "
+        "and under the same lease, exactly when the decision leaves the slot free (no materialized occurrence "
+        "with a nonterminal Work) and an occurrence of the active generation pending: one the decision wrote, or "
+        "one pending from before (a coalesced occurrence a Work's terminal transition requeued, an occurrence "
+        "whose bridge a fault cut off). Otherwise (nothing due and nothing pending, an instant coalesced behind "
+        "a held slot, a skipped range, a suspension) the decision itself releases the lease and no bridge "
+        "follows. That is where the reference opens one, and the bridge barriers are planned by its hit numbers "
+        "(protocol notes 13 and 29i): an implementation that opens bridges elsewhere (a release of its own after "
+        "a decision that opened no slot) reaches them other times, and a bridge barrier reached fewer times "
+        "than the reference's fails `planned-fault-fired`.",
+        "The bridge barriers `schedule-bridge-before-commit` and `schedule-link-after-commit` fire for every "
+        "bridge transaction, including one that only releases the lease (it found the runtime epoch or scope "
+        "generation stale and suspended, or no occurrence left to bridge). `schedule-work-after-acceptance` "
+        "fires once the Work writer returned inside the bridge, with the Work it accepted or with the Work "
+        "another caller had already accepted under the occurrence's idempotency key (the link then conflicts "
+        "and suspends the schedule); a bridge that calls no writer does not reach it. The Work-terminal "
+        "barriers fire only for a transition into a terminal state (*Work transitions*).",
+    )),
+    Section("Work transitions", (
+        "`complete-work` is optional. Where you offer it, it moves the Work `work_id` of the scope "
+        "`CRASHPROOF_SCOPE` to `state`: `running`, `retrying` or `suspended` (nonterminal), `succeeded`, `failed` or "
+        "`canceled` (terminal), in a scoped runtime transaction (the role proof and `set_local_scope` first: "
+        "*Transactions of a pass*). The host asks it only for a Work accepted under one of a schedule's "
+        "occurrence idempotency keys (`schedule-occurrence/v1|...`). The model "
+        "follows every such step, and `model-agreement` compares each linked Work's state with it; the answer's "
+        "`value` is not read.",
+        "A transition into a terminal state sets `terminal_at_utc` to a time of its own transaction (the reference "
+        "samples `clock_timestamp()`; the schema's check keeps it null exactly while the state is nonterminal) and, "
+        "in that same transaction, requeues the schedule when a pending coalesced occurrence of its active "
+        "generation waits: the normative schema's trigger on `work_items` does the requeue for any writer that "
+        "updates `state` (`requeue-kept`, `recovered-nothing-due`). `queue-one-slot` reads `terminal_at_utc`: no "
+        "later occurrence of the schedule may be materialized before the Work that held the slot ended.",
+        "Terminal is final (protocol note 11a): a transition out of a terminal state changes nothing, and a Work "
+        "moved back fails `model-agreement`, which keeps it terminal. The reference answers it `fail` with the "
+        "problem `invalid-state`; the host accepts any answer that changed nothing, and judges a `fail` only by "
+        "`outcome-honesty` (nothing of it may have committed).",
+        "A retry after an unknown COMMIT never reaches you as a repeat: after an `unknown` or retriable answer the "
+        "host reads the Work's state itself and asks again only while the Work is not yet in the state asked, and "
+        "the recovery from a fault during the step redoes it only then. A request for the state the Work is "
+        "already in comes only from a scenario that asks it twice: a nonterminal one is yours to apply again or "
+        "not (the reference applies it and counts an attempt), a terminal one is a transition out of a terminal "
+        "state (above). `attempt` is yours: no check reads it (the reference counts each move into `running` or "
+        "`retrying`).",
+        "`work-terminal-before-commit` comes after the transition's last write, before its COMMIT, and "
+        "`work-terminal-after-commit` once the COMMIT returned, each once per transition into a terminal state; "
+        "a nonterminal or refused transition reports neither. Their context is yours, shown in reports (the "
+        "reference sends `work_id` and `state`); no check reads it.",
     )),
     Section("Client commands", (
         "`create`, `update`, `delete` and `release-after-recovery` are optional. Where you offer one, the rules "

@@ -23,19 +23,26 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 2
         return _run(root)
+    return launch(argv, "mutant", [(m.name, m.description) for m in MUTANTS], BY_NAME, materialize,
+                  "NAME | --root DIR | --list")
+
+
+def launch(argv: list[str], noun: str, listing: list[tuple[str, str]], by_name: dict, make, usage: str) -> int:
+    """`python -m {noun}s NAME` or `--list`: the named copy of the reference, made by `make`, run as its adapter.
+    Shared with `python -m variants`."""
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m mutants NAME | --root DIR | --list", file=sys.stderr)
+        print(f"usage: python -m {noun}s {usage}", file=sys.stderr)
         return 2
     if argv[0] == "--list":
-        for mutant in MUTANTS:
-            print(f"{mutant.name}: {mutant.description}")
+        for name, text in listing:
+            print(f"{name}: {text}")
         return 0
-    mutant = BY_NAME.get(argv[0])
-    if mutant is None:
-        print(f"no mutant named {argv[0]!r}; `python -m mutants --list` shows the catalog", file=sys.stderr)
+    chosen = by_name.get(argv[0])
+    if chosen is None:
+        print(f"no {noun} named {argv[0]!r}; `python -m {noun}s --list` shows the catalog", file=sys.stderr)
         return 2
     try:
-        root = materialize(mutant)
+        root = make(chosen)
     except MutantError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -34,7 +34,6 @@ LOCAL_SCOPE = ("A scoped runtime transaction sets the existing local scope setti
 # Adapter-protocol rules (barriers/PROTOCOL.md), which an implementation can break as well as a spec sentence.
 HONEST_FAIL = "`fail` tells the host nothing was applied"
 CLIENT_DEADLINE = "A lost COMMIT reply must turn into an error within it, not a hang."
-IDLE_CURSOR = "the cursor moves only in a decision that disposes of at least one due instant"
 EVIDENCE = ("Clock or evaluator mismatches suspend before target acceptance; preserve their durable evidence and "
             "create a new Schedule identity after resolving the cause.")
 LOCKED_FENCE = ("Before evaluating a due Schedule, the scoped processor compares its persisted runtime epoch and scope "
@@ -322,18 +321,6 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("adapter.py", 'self.deadline = float(env.get("CRASHPROOF_DEADLINE_S", "30"))',
               "self.deadline = 3600.0"),),
         slice=("at-single/schedule-decision-before-commit/lost-commit-reply/*",)),
-    Mutant(
-        "idle-pass-moves-cursor", IDLE_CURSOR,
-        "A decision with nothing due still moves the cursor to its cutoff.",
-        (Edit("processor.py",
-              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n        else:\n",
-              "        if isinstance(evaluation, NoOp):\n            counts.noops += 1\n"
-              "            if cutoff > cursor:\n"
-              '                s.defer(query("schedule", "move_cursor"), {"schedule_id": schedule_id, '
-              '"cursor_utc": cutoff})\n'
-              "                cursor = cutoff\n"
-              "        else:\n"),),
-        slice=("coalesce-terminal-callback",)),
     Mutant(
         "no-processor-history", EVIDENCE,
         "The processor writes no schedule_history rows: suspensions and skipped recovery ranges leave no evidence.",

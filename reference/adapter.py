@@ -25,6 +25,7 @@ from .problems import Problem
 from .processor import CancellationToken, ProcessRequest
 
 PROTOCOL_VERSION = 1
+CONTRACT = 6  # the contract major version this adapter implements (docs/contract-changes.md)
 OPERATIONS = ("process-due", "create", "update", "delete", "get", "release-after-recovery", "complete-work")
 
 
@@ -174,8 +175,8 @@ class Adapter:
     def run(self) -> int:
         # clock_utc: this process's own wall clock, which the host compares with its own to see a skew it asked
         # for took effect; the processor never reads it (cutoffs and leases come from PostgreSQL).
-        self.send({"type": "hello", "protocol": PROTOCOL_VERSION, "implementation": "crashproof-reference",
-                   "operations": list(OPERATIONS),
+        self.send({"type": "hello", "protocol": PROTOCOL_VERSION, "contract": CONTRACT,
+                   "implementation": "crashproof-reference", "operations": list(OPERATIONS),
                    "clock_utc": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")})
         for line in self.stdin:
             if not line.strip():

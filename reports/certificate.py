@@ -25,7 +25,7 @@ def statement(loaded: Loaded) -> dict:
     run = report.get("run", {})
     impl = report.get("implementation", {})
     return {"certificate_version": CERTIFICATE_VERSION, "certified": certified, "verdict": verdict,
-            "suite_version": report.get("suite_version"),
+            "suite_version": report.get("suite_version"), "contract": report.get("contract"),
             "implementation": {k: impl.get(k) for k in ("identity", "command", "code", "launcher", "migrations",
                                                          "migrations_sha256", "fallbacks", "fallback_note",
                                                          "clock_offset")

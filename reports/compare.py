@@ -147,7 +147,7 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
                             "selection": item.report.get("run", {}).get("selection"),
                             "cases": len(item.report["cases"])} for item in loaded]}
     merged = build(suite_version=first.get("suite_version"), implementation=implementation,
-                   environment=first.get("environment", {}), run=run, cases=cases)
+                   environment=first.get("environment", {}), run=run, cases=cases, contract=first.get("contract"))
     if any(item.report.get("partial") or item.report.get("interrupted") for item in loaded):
         merged["partial"] = True
     return merged

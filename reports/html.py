@@ -4,11 +4,11 @@ with JavaScript off); each case's detail is drawn on demand from compact JSON em
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from importlib import resources
 
-from . import matrix, timeline
-from . import counted
+from . import counted, diagnosis, matrix, timeline
 from .report import Loaded, clock_skew, outcome, standing, which_code
 from .text import evidence_columns
 
@@ -86,11 +86,43 @@ def _header(report: dict) -> str:
     return (f"<h1>crashproof certification report</h1>"
             f"<div class='verdict {VERDICT_CLASS[standing(report)]}' id=verdict>{escape(sentence)}</div>"
             f"<p>{escape(counts)}</p>"
+            + _diagnosis(report)
             + (f"<p class=not-compared id=not-compared>{escape(uncompared)}</p>" if uncompared else "")
             + (f"<h2>Run problems</h2><ul>{problems}</ul>" if problems else "")
             + _facts(facts)
             + f"<h2>Fault model</h2><p class=model>{escape(fault_model(report))}</p>"
             + f"<details><summary>Environment</summary>{_facts(environment)}</details>")
+
+
+def _code_spans(text: str) -> str:
+    """Plain text with its `backticked` spans as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
+def _diagnosis(report: dict) -> str:
+    """The failing cases by first failing check, each group's likely cause and what to read (reports/diagnosis.py),
+    right under the verdict."""
+    found = diagnosis.groups(report)
+    if not found:
+        return ""
+    items = []
+    for group in found:
+        size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
+        cases = ", ".join(f"<a href='#{escape(matrix.anchor(str(c.get('id'))))}'><code>{escape(str(c.get('id')))}"
+                          f"</code></a>" for c in group.cases[:diagnosis.SHOWN_CASES])
+        left = len(group.cases) - diagnosis.SHOWN_CASES
+        more = f" and {left} more" if left > 0 else ""
+        if group.diagnosis is not None:
+            body = (f"<b class=diagnosis-name>{escape(group.diagnosis.name)}</b>"
+                    f"<p class=cause>Likely cause: {_code_spans(group.cause)}</p>"
+                    f"<p class=read>Read: <code>{escape(group.diagnosis.reading())}</code></p>")
+        else:
+            body = f"<b class=diagnosis-name>no diagnosis</b><p class=rule>Rule: {escape(group.rule)}</p>"
+        items.append(f"<li data-diagnosis='{escape(group.diagnosis.name if group.diagnosis else '')}'>"
+                     f"<b>{size}</b>, first failing check <code>{escape(group.check)}</code>: {body}"
+                     f"<p class=cases>Cases: {cases}{more}</p></li>")
+    return (f"<section id=diagnosis><h2>{escape(diagnosis.headline(report, found))}</h2>"
+            f"<ul>{''.join(items)}</ul></section>")
 
 
 def _matrix(m: matrix.Matrix) -> str:
@@ -151,8 +183,10 @@ def _failures(report: dict) -> str:
             more = (f"<p class=muted>{counted(len(evidence) - STATIC_EVIDENCE_ROWS, 'more row')} in the case's "
                     "detail</p>"
                     if len(evidence) > STATIC_EVIDENCE_ROWS else "")
+            changed = (f"<p class='muted changed'>{escape(str(check['changed']))}</p>" if check.get("changed")
+                       else "")
             checks.append(f"<p><code>{escape(str(check.get('name')))}</code>: {escape(str(check.get('rule', '')))}</p>"
-                          + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
+                          + changed + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
         parts.append(f"<section class=case-static id='{escape(matrix.anchor(case_id))}'>"
                      f"<h3><span class='badge v-{escape(str(case.get('verdict')))}'>{escape(str(case.get('verdict')))}"
                      f"</span> <a href='#{escape(matrix.anchor(case_id))}' data-case='{escape(case_id)}'>"
@@ -189,13 +223,16 @@ def compact(report: dict, m: matrix.Matrix) -> dict:
         for check in case.get("checks", []):
             ref = check_refs.setdefault((strings(str(check.get("name"))), strings(str(check.get("rule", "")))),
                                         len(check_refs))
-            # 1 passed, 0 failed, 2 not compared (then its evidence, possibly empty, and the reason's string)
-            status = 2 if check.get("skipped") else 1 if check.get("ok", True) else 0
+            # 1 passed, 0 failed, 2 not compared, 3 differs from the reference (a reference choice); then its
+            # evidence (possibly empty) and the note's string: why not compared, how it differs, or for a failure
+            # the contract change that moved its rule
+            status = 2 if check.get("skipped") else 3 if check.get("differs") else 1 if check.get("ok", True) else 0
+            note = check.get("skipped") or check.get("differs") or (None if status else check.get("changed"))
             entry = [ref, status, check.get("rows", len(check.get("evidence") or []))]
-            if check.get("evidence") or status == 2:
+            if check.get("evidence") or note:
                 entry.append(check.get("evidence") or [])
-            if status == 2:
-                entry.append(strings(str(check["skipped"])))
+            if note:
+                entry.append(strings(str(note)))
             checks.append(entry)
         events = []
         for event in case.get("timeline") or []:

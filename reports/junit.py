@@ -33,6 +33,8 @@ def _failure_text(case: dict) -> str:
         if check.get("ok", True):
             continue
         parts.append(f"{check.get('name')}: {check.get('rule', '')}")
+        if check.get("changed"):
+            parts.append(f"  {check['changed']}")
         evidence = check.get("evidence") or []
         parts += [f"  {json.dumps(row, default=str)}" for row in evidence[:MAX_EVIDENCE_ROWS]]
         if len(evidence) > MAX_EVIDENCE_ROWS:
@@ -48,7 +50,9 @@ class JUnit:
         suites: dict[str, list[dict]] = {}
         for case in report["cases"]:
             suites.setdefault(str(case.get("scenario") or case.get("id")), []).append(case)
-        root = ET.Element("testsuites", name=f"crashproof {report.get('suite_version', '')}".strip())
+        contract = (report.get("contract") or {}).get("version")
+        root = ET.Element("testsuites", name=f"crashproof {report.get('suite_version', '')}".strip()
+                          + (f" contract {contract}" if contract else ""))
         totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
         for scenario, cases in suites.items():
             suite = ET.SubElement(root, "testsuite", name=_xml(scenario))
@@ -69,6 +73,7 @@ class JUnit:
                     counts["skipped"] += 1
                     ET.SubElement(element, "skipped", message=reason or str(verdict))
                 notes = [f"not compared: {c.get('name')}: {c['skipped']}" for c in not_compared(case)]
+                notes += [f"{c.get('name')}: {c['differs']}" for c in case.get("checks", []) if c.get("differs")]
                 if case.get("timeline") or notes:
                     ET.SubElement(element, "system-out").text = _xml("\n".join(
                         notes + ([timeline.text(case["timeline"])] if case.get("timeline") else [])))

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from . import matrix
-from . import counted
+from . import counted, diagnosis, matrix
 from .report import Loaded, clock_skew, outcome, standing, which_code
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
@@ -22,6 +21,24 @@ def _counts_table(title: str, groups: dict) -> list[str]:
         lines.append(f"| {_cell(key)} | {counts['pass']} | {counts['fail']} | {counts['error']} | "
                      f"{counts['not-run']} |")
     return lines
+
+
+def _diagnosis(report: dict) -> list[str]:
+    """The failing cases by first failing check, each group's likely cause and what to read (reports/diagnosis.py)."""
+    found = diagnosis.groups(report)
+    if not found:
+        return []
+    lines = [f"### {diagnosis.headline(report, found)}", ""]
+    for group in found:
+        size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
+        if group.diagnosis is not None:
+            lines.append(f"- **{size}**, first failing check `{group.check}`: **{group.diagnosis.name}**. "
+                         f"Likely cause: {_cell(group.cause)}. Read `{group.diagnosis.reading()}`. "
+                         f"Cases: {_cell(group.ids())}")
+        else:
+            lines.append(f"- **{size}**, first failing check `{group.check}`: no diagnosis. Rule: "
+                         f"{_cell(group.rule)}. Cases: {_cell(group.ids())}")
+    return lines + [""]
 
 
 class Markdown:
@@ -46,6 +63,7 @@ class Markdown:
                       + (f" (not in effect: {', '.join(f'`{i}`' for i in skew['not_in_effect_cases'][:10])}"
                          f"{' …' if len(skew['not_in_effect_cases']) > 10 else ''})" if skew["not_in_effect_cases"]
                          else ""), ""]
+        lines += _diagnosis(report)
         for problem in run.get("problems") or []:
             lines.append(f"- run problem: {_cell(problem)}")
         if matrix.uncompared_sentence(cases):
@@ -59,6 +77,8 @@ class Markdown:
             for case in bad[:MAX_LISTED]:
                 check = matrix.first_failed_check(case)
                 why = (f"`{check.get('name')}`: {check.get('rule', '')}" if check else case.get("reason", ""))
+                if check and check.get("changed"):
+                    why += f" ({check['changed']})"
                 lines.append(f"- **{case.get('verdict')}** [`{case.get('id')}`]({html_name}#"
                              f"{matrix.anchor(str(case.get('id')))}): {_cell(why)}")
             if len(bad) > MAX_LISTED:

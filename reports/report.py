@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from barriers.contract import VERSION as CONTRACT_VERSION
+
 from . import ReportError, counted
 
 SCHEMA_VERSION = 1
@@ -21,6 +23,12 @@ def summary(cases: list[dict]) -> dict[str, int]:
     uncompared = sum(1 for c in cases if any(check.get("skipped") for check in c.get("checks", [])))
     if uncompared:
         found["not_compared"] = uncompared
+    differs = sum(1 for c in cases if any(check.get("differs") for check in c.get("checks", [])))
+    if differs:
+        found["differs_from_reference"] = differs
+    changed = sum(1 for c in cases if any(check.get("changed") for check in c.get("checks", []) if not check["ok"]))
+    if changed:
+        found["failed_on_changed_rules"] = changed
     return found
 
 
@@ -111,9 +119,17 @@ def which_code_text(implementation: dict) -> list[str]:
     return [head] + [f"  {label:{width}}  {text}" for label, text in rows]
 
 
-def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version, "implementation": implementation,
+def build(*, suite_version: str, implementation: dict, environment: dict, run: dict, cases: list[dict],
+          contract: dict | None = None) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "suite_version": suite_version,
+            "contract": contract or contract_block(cases), "implementation": implementation,
             "environment": environment, "run": run, "summary": summary(cases), "cases": cases}
+
+
+def contract_block(cases: list[dict]) -> dict:
+    """The contract this run certified against, and the one the implementation's hello targets (None: unnamed)."""
+    targeted = next((c["contract"] for c in cases if c.get("contract") is not None), None)
+    return {"version": CONTRACT_VERSION, "targeted": targeted}
 
 
 def encode(report: dict) -> str:
@@ -170,7 +186,34 @@ def load(directory: Path) -> Loaded:
 
 
 def outcome(report: dict) -> tuple[bool, str]:
-    """Whether the run certifies its implementation, and the sentence that says so (or why not)."""
+    """Whether the run certifies its implementation, and the sentence that says so (or why not), with what the
+    contract says of it."""
+    ok, sentence = _outcome(report)
+    return ok, sentence + contract_clause(report)
+
+
+def contract_clause(report: dict) -> str:
+    """`; contract 6.1` and, where there are any, the failing cases whose failures are rules changed since the
+    contract the hello targets and the cases that differ from the reference in one of its choices."""
+    block = report.get("contract") or {}
+    if not block.get("version"):
+        return ""  # a report written before contracts were versioned
+    s = report.get("summary") or summary(report.get("cases", []))
+    clause = f"; contract {block['version']}"
+    changed = s.get("failed_on_changed_rules", 0)
+    if changed:
+        since = (f"the contract {block['targeted']} the hello targets" if block.get("targeted") is not None
+                 else f"contract {block['version'].split('.')[0]}.0")
+        clause += (f"; {changed} failing case{'s' * (changed != 1)} fail{'s' * (changed == 1)} rules changed since "
+                   f"{since} (docs/contract-changes.md)")
+    differs = s.get("differs_from_reference", 0)
+    if differs:
+        clause += (f"; {differs} case{'s' * (differs != 1)} differ{'s' * (differs == 1)} from the reference in a "
+                   "reference choice (a note, not a failure)")
+    return clause
+
+
+def _outcome(report: dict) -> tuple[bool, str]:
     s = report.get("summary") or summary(report.get("cases", []))
     why = _why_not(report)
     if why:

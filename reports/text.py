@@ -55,11 +55,13 @@ def case_text(case: dict) -> str:
               timeline.text(case.get("timeline") or []) or "  none recorded in this report for this case",
               "", "checks:"]
     for check in sorted(case.get("checks", []), key=lambda c: (bool(c.get("ok", True)), not c.get("skipped"))):
-        mark = "n/c " if check.get("skipped") else "ok  " if check.get("ok", True) else "FAIL"
+        mark = ("n/c " if check.get("skipped") else "diff" if check.get("differs") else
+                "ok  " if check.get("ok", True) else "FAIL")
         rows = check.get("rows", "?")
         lines.append(f"  {mark} {check.get('name')} ({rows} row{'' if rows == 1 else 's'}): {check.get('rule', '')}")
-        if check.get("skipped"):
-            lines.append(f"         {check['skipped']}")
+        for note in ("skipped", "differs", "changed"):
+            if check.get(note):
+                lines.append(f"         {check[note]}")
         if check.get("evidence"):
             lines += [f"         {row}" for row in table(check["evidence"])]
     return "\n".join(lines)

@@ -82,7 +82,8 @@ LEASE_SECONDS = Field("lease_seconds", (int, float), "the lease the pass asks fo
                       "`lease_seconds`)")
 LEASE_OWNER = Field("lease_owner", (str,), "the lease owner string the pass claims under (default: the "
                     "implementation's own)")
-MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass (default 1)")
+MAXIMUM = Field("maximum_schedules", (int,), "at most this many schedules in the pass, a whole number from 1 "
+                "(default 1)")
 CANCEL_AFTER = Field("cancel_after", (int,), "cancel the pass after this many leases (before the next one)")
 # Where the host may deliver a pass's cancellation (barrier-reply `cancel-pass`): every after-commit barrier of a
 # pass, read from the barrier registry (docs/protocol-notes.md, 34b and 34l). The claim's and the decision's every
@@ -518,6 +519,9 @@ class Pass(StepKind):
         raise NotImplementedError
 
     def validate(self, args, context):
+        if args.get("maximum_schedules", 1) < 1:
+            raise StepError(f"maximum_schedules must be a whole number from 1, not {args['maximum_schedules']} "
+                            f"(the host sends no other: barriers/PROTOCOL.md, process-due)")
         if args.get("expect") == "any":
             raise StepError("expect = \"any\" is for client steps; a pass expects ok or fail")
         if "cancel_at" in args:

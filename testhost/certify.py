@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from barriers import CATALOG, required_of
-from reports import counted, report as reports
+from reports import counted, diagnosis, report as reports
 from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
@@ -120,6 +120,11 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
                        timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands,
                        impl_cwd)
     return {"case": outcome.to_json(), "baseline": outcome.baseline, "implementation": outcome.implementation}
+
+
+def _worker_build_stage(command: str, log_dir: str, cwd: str | None, migrations: str | None) -> dict:
+    from .build_stage import run_build_stage
+    return run_build_stage(_world, command, Path(log_dir), cwd, Path(migrations) if migrations else None)
 
 
 def _worker_schema_stage(migrations: str | None) -> dict:
@@ -624,6 +629,7 @@ def census(options: Options, failed: list[dict] | None = None):
         _check_world_options(options)
         pool = Pool(_pool_factory(options))
         try:
+            _build_stage(options, pool, Path(log_dir))
             results, _, plans, skipped = _census(options, scenarios, pool, Path(log_dir))
         finally:
             pool.close()
@@ -645,6 +651,23 @@ def _schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
         raise
     options.progress(f"schema stage: {stage['verdict']}" + (f" ({stage['reason']})" if stage["reason"] else ""))
     return [stage]
+
+
+def _build_stage(options: Options, pool: Pool, log_dir: Path) -> dict | None:
+    """A spawned command's first start, before any case, under the build timeout (testhost/build_stage.py); a
+    start that ends or says nothing ends the run with one line naming the stage."""
+    from . import build_stage
+    if not build_stage.needed(options.command, options.launcher):
+        return None
+    options.progress(f"build stage: starting {options.command} once before the cases (up to "
+                     f"{implementation.TIMEOUT['build']:g} s for its first line)")
+    result = _harness_result(pool.executor.submit(_worker_build_stage, options.command, str(log_dir),
+                                                  options.impl_cwd,
+                                                  str(options.migrations) if options.migrations else None),
+                             "the build stage")
+    build_stage.require_built(result, options.command)
+    options.progress(f"build stage: it spoke after {result['seconds']:g} s")
+    return {"seconds": result["seconds"], "log": os.path.relpath(result["log"], log_dir.parent)}
 
 
 def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict,
@@ -713,6 +736,7 @@ def certify(options: Options) -> tuple[int, dict]:
     skipped: list = []
     extra_cases: list[dict] = []
     stage: list[dict] = []
+    built: dict | None = None
     environment: dict = {"platform": platform.platform(), "jobs": options.jobs, "cpus": os.cpu_count()}
     stopped: RunStopped | None = None
     planned_faulted = False
@@ -728,6 +752,7 @@ def certify(options: Options) -> tuple[int, dict]:
             stage = _schema_stage(options, pool, log_dir)
             if options.fail_fast and stage and stage[0]["verdict"] != "pass":
                 raise RunStopped(why=f"--fail-fast: {stage[0]['id']} ended {stage[0]['verdict']}")
+            built = _build_stage(options, pool, log_dir)
             census_results, census_hits, plans, skipped = _census(options, scenarios, pool, log_dir,
                                                                   results=census_results, signals=signals)
             if census_of_reference["separate"]:
@@ -810,6 +835,7 @@ def certify(options: Options) -> tuple[int, dict]:
                          "catalog": [str(f) for f in options.catalog] + (["built-in"] if options.with_builtin else [])
                          or ["built-in"]},
            **({"empty_slice": True} if empty_slice else {}),
+           **({"build_stage": built} if built else {}),
            "skipped": [s.to_json() for s in skipped], "problems": run_problems, "logs": os.path.relpath(log_dir,
                                                                                                          report_dir),
            "reference_census": census_of_reference, **({"replayed_with_other_code": replays} if replays else {})}
@@ -844,6 +870,7 @@ def certify(options: Options) -> tuple[int, dict]:
               f"{counted(summary['cases'], 'case')}; partial report: {path}", flush=True)
     print(f"{counted(summary['cases'], 'case')}: {summary['passed']} passed, {summary['failed']} failed, "
           f"{summary['error']} error, {summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
+    print(reports.outcome(report)[1])  # certified, a selection whose cases all passed, or not certified
     print("\n".join(reports.which_code_text(report["implementation"])))
     for problem in run_problems:
         print(f"run problem: {problem}")
@@ -858,10 +885,12 @@ def certify(options: Options) -> tuple[int, dict]:
             for check in case["checks"]:
                 if not check["ok"]:
                     print(f"    {check['name']} (rule: {check['rule']})")
+                    if check.get("changed"):
+                        print(f"      {check['changed']}")
                     for row in check["evidence"][:5]:
                         print(f"      {json.dumps(row, default=str)[:400]}")
-    # Last, as every rendering shows it first: certified, a selection whose cases all passed, or not certified.
-    print(reports.outcome(report)[1])
+    for line in diagnosis.text(report):  # last, where a terminal leaves it in view
+        print(line)
     if stopped is not None and stopped.signum is not None:
         return 128 + stopped.signum, report
     if stopped is not None and stopped.harness:

@@ -26,12 +26,17 @@ class CheckResult:
     # Why the check was not applied to this case (it then neither passed nor failed; `ok` stays true so that
     # no verdict counts it as a failure, and every renderer shows it as "not compared").
     skipped: str | None = None
+    # A reference-choice rule the implementation does otherwise: `ok` is true and this says how it differs.
+    differs: str | None = None
+    # A failure of a rule changed after the contract the implementation targets: which change, what to do.
+    changed: str | None = None
 
     def to_json(self) -> dict:
         found = {"name": self.name, "rule": self.rule, "ok": self.ok, "rows": self.rows,
                  "evidence": [_jsonable(e) for e in self.evidence]}
-        if self.skipped is not None:
-            found["skipped"] = self.skipped
+        for key in ("skipped", "differs", "changed"):
+            if getattr(self, key) is not None:
+                found[key] = getattr(self, key)
         return found
 
 
@@ -735,9 +740,10 @@ def client_deadline(details: dict) -> CheckResult | None:
 
 IDLE_CURSOR = rule_of(
     "idle-pass-keeps-cursor",
-    "A cutoff at or behind the cursor is a no-op. (So is a pass with no instant due in (cursor_utc, "
-    "cutoff_utc]: the cursor moves only in a decision that disposes of at least one due instant, to that "
-    "decision's cutoff. Seen on the raw cursor after every step.)")
+    "reference: a pass with no instant due in (cursor_utc, cutoff_utc] leaves the cursor where it is; the cursor "
+    "moves only in a decision that disposes of at least one due instant, to that decision's cutoff (protocol note "
+    "24k: the contract also allows moving it to the cutoff, so a difference is reported and never fails. Seen on "
+    "the raw cursor after every step.)")
 
 
 def idle_cursor(observations: list[tuple[int, dict]]) -> CheckResult:
@@ -1066,10 +1072,12 @@ WORK_CLOCK = rule_of(
 
 
 def work_own_clock(state: StoreState, moves: list[dict], *, planned: bool = False, promised: bool = False,
-                   attempts: int = 0, frozen: frozenset = frozenset()) -> CheckResult:
+                   holds: list[dict] = (), frozen: frozenset = frozenset()) -> CheckResult:
     """Every linked Work against its bridge's transaction time, and the Work of a bridge the host held against the
     clock it moved meanwhile. `planned`: the scenario moves the clock in a bridge, so a run where it never moved
-    fails; `promised`: the held bridge must also have committed its Work (the fault-free run)."""
+    fails, unless a fault left the host no hold to offer (then that half is not compared); `promised`: the held
+    bridge must also have committed its Work (the fault-free run). `holds`: every hold the host offered
+    (testhost/bridge_clock.py), with what came of it."""
     work = state.work_by_id()
     evidence = []
     rows = held = 0
@@ -1098,13 +1106,43 @@ def work_own_clock(state: StoreState, moves: list[dict], *, planned: bool = Fals
                                  "bridge_began_before": instant_text(move["moved_at"]),
                                  "clock_moved_by_s": move["shift_s"], "work_accepted_at_utc": instant_text(accepted),
                                  "expected_at_or_after": instant_text(at_least)})
-    if planned and not moves:
+    skipped = None
+    offered = [h for h in holds if h.get("taken")]
+    if planned and not moves and not offered and not promised:
+        skipped = ("the host could offer no hold of the dispatch row before a bridge: the fault left no committed "
+                   "schedule-decision-after-commit of a live process to hold it at (the fault-free run compares the "
+                   "Work's clock against a moved one)")
+    elif planned and not moves:
         evidence.append({"planned": "a server clock move inside a bridge transaction", "happened": False,
-                         "decisions_held": attempts,
-                         "why": "no transaction waited for the dispatch row the host held after a committed decision"})
+                         "holds": [_hold_text(h) for h in holds] or "none offered", "why": _no_move_why(offered)})
     elif promised and not held:
         evidence.append({"planned": "a Work accepted in the bridge the host held", "happened": False, "moves": moves})
-    return CheckResult("work-own-clock", WORK_CLOCK, not evidence, evidence, rows)
+    return CheckResult("work-own-clock", WORK_CLOCK, not evidence, evidence, rows, skipped=skipped if not evidence
+                       else None)
+
+
+def _hold_text(hold: dict) -> str:
+    where = f"after the {hold['after_fault']} fault there" if hold.get("after_fault") else "before its reply"
+    seen = f"; the instance reported {', '.join(hold['barriers_meanwhile'])} meanwhile" \
+        if hold.get("barriers_meanwhile") else ""
+    return f"at {hold['at']} of {hold['instance']} ({where}): {hold['outcome']}{seen}"
+
+
+def _no_move_why(offered: list[dict]) -> str:
+    """What was missing, in the implementation's terms: a bridge that ran while its row was held without waiting for
+    it did not lock the row first; otherwise no transaction came for the row while it was held."""
+    if not offered:
+        return ("no committed schedule-decision-after-commit was reported while a request ran, so the host never held "
+                "the dispatch row: the barrier fires after every committed decision (PROTOCOL.md, Barriers)")
+    ran = sorted({b for h in offered for b in h.get("barriers_meanwhile", []) if b in (
+        "schedule-work-after-acceptance", "schedule-bridge-before-commit", "schedule-link-after-commit")})
+    if ran:
+        return (f"a bridge of the schedule ran while the host held its dispatch row (it reported {', '.join(ran)}) "
+                "without waiting for the row: its transaction accepted Work before it locked the schedule's dispatch "
+                "row (every scoped transaction locks it first, after the role proof and the scope)")
+    return ("no transaction of the implementation waited for the schedule's dispatch row while the host held it, and "
+            "no bridge of the schedule ran meanwhile: the bridge the committed decision opened did not come before "
+            "each hold ended (see the holds)")
 
 
 BOUNDED_PASS = rule_of(

@@ -111,6 +111,20 @@ def cmd_mutants(args) -> int:
     return code
 
 
+def cmd_variants(args) -> int:
+    from pathlib import Path
+
+    from .certify import Options
+    from .variation import run_variants
+    jobs = _jobs(args.jobs)
+    try:
+        code, _ = run_variants(Options(report_dir=Path(args.report_dir), jobs=jobs), args.variant,
+                               slice_only=args.slice_only, explore=args.explore)
+    except ValueError as exc:
+        raise TestHostError(str(exc)) from None
+    return code
+
+
 def cmd_barriers(args) -> int:
     from barriers import CATALOG
     for b in CATALOG:
@@ -260,7 +274,7 @@ def cmd_world(args) -> int:
 def cmd_report(args) -> int:
     from pathlib import Path
 
-    from reports import ReportError, certificate, compare, render, report, text
+    from reports import ReportError, certificate, compare, diagnosis, render, report, text
     try:
         if args.action == "render":
             for path in render.render(Path(args.dir), render.parse_formats(args.format)):
@@ -278,6 +292,8 @@ def cmd_report(args) -> int:
             s = merged["summary"]
             print(f"merged {counted(len(args.dirs), 'report')}: {counted(s['cases'], 'case')}, {s['passed']} passed, {s['failed']} failed, "
                   f"{s['error']} error, {s['not_run']} not run; report: {out}")
+            for line in diagnosis.text(merged):  # the merged run's, as certify ends a run
+                print(line)
         elif args.action == "sign":
             print(certificate.sign(Path(args.dir), Path(args.key)))
         else:
@@ -379,6 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
 
+    legal = sub.add_parser("variants", help="certify every legal variant of the reference (another way the contract "
+                           "allows, variants/): each must pass the whole matrix, and a failure is reported as a harness "
+                           "defect; one line per variant (docs/variants.md)")
+    legal.add_argument("--variant", help="only variants matching these comma-separated globs")
+    legal.add_argument("--jobs", type=int, help="worlds side by side (default: cores + 1)")
+    legal.add_argument("--report-dir", default="report/variants", help="where variants.json and each variant's "
+                       "report go (default: report/variants)")
+    legal.add_argument("--explore", action="store_true", help="also run `crashproof explore --profile ci` on each "
+                       "variant, which must find nothing (`make variants` does)")
+    legal.add_argument("--slice-only", action="store_true", help="each variant on its slice only (the cases where its "
+                       "difference shows) instead of the whole matrix")
+    legal.set_defaults(run=cmd_variants)
     rep = sub.add_parser("report", help="render, show, compare, merge, sign and verify reports (from report.json)")
     actions = rep.add_subparsers(dest="action", required=True)
     rendering = actions.add_parser("render", help="write report.html, report.md, junit.xml and certificate.json "
@@ -461,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_CONTROLLERS = (cmd_certify, cmd_mutants, cmd_explore)
+_CONTROLLERS = (cmd_certify, cmd_mutants, cmd_explore, cmd_variants)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (TestHostError, ScenarioError) as exc:
         print(f"crashproof: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code if isinstance(exc, TestHostError) else 2
     except KeyboardInterrupt:
         return 130
 

@@ -18,10 +18,10 @@ GO_MUTANTS = REPO / "examples" / "go" / "mutants"
 MIGRATIONS = REPO / "reference" / "migrations"
 # The groups of issue #18 closing escapes, and `unassigned` for a known hole no one is closing yet.
 GAP_GROUPS = ("client", "pass", "facts", "unassigned")
-LINE = re.compile(r"^  - (checks|scenarios|mutants|shapes|schema|not behaviour|gap \((?:group )?([a-z]+)\)): (.+)$")
-NAMED = ("checks", "scenarios", "mutants", "schema")  # lines whose backticked names must exist
+LINE = re.compile(r"^  - (checks|scenarios|mutants|variants|shapes|schema|not behaviour|gap \((?:group )?([a-z]+)\)): (.+)$")
+NAMED = ("checks", "scenarios", "mutants", "variants", "schema")  # lines whose backticked names must exist
 NAME = re.compile(r"`([^`]+)`")
-KIND_NOUN = {"checks": "check", "scenarios": "scenario", "mutants": "mutant",
+KIND_NOUN = {"checks": "check", "scenarios": "scenario", "mutants": "mutant", "variants": "legal variant",
              "schema": "schema-stage rule or migration"}
 # The classes a sentence falls in, exclusive (Entry.klass tries a gap first), in the order they are printed.
 # `enforced` is earned by evidence: a cited mutant that breaks the sentence (and one per edge the sentence has,
@@ -162,18 +162,20 @@ def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> lis
 
 
 def known_names() -> dict[str, set[str]]:
-    """What a line may cite, per kind: registered checks, catalog scenarios, mutants, schema-stage rules (or a
-    reference migration)."""
+    """What a line may cite, per kind: registered checks, catalog scenarios, mutants, legal variants, schema-stage
+    rules (or a reference migration)."""
     from barriers.schema import SCHEMA_RULE
     from mutants.catalog import MUTANTS
     from scenarios.model import load_catalog
+    from variants.catalog import VARIANTS
 
     from .checks import CHECKS
     go = {f"examples/go/mutants/{p.name}" for p in GO_MUTANTS.glob("*.patch")}
     migrations = {f"reference/migrations/{p.name}" for p in MIGRATIONS.glob("*.sql")}
     from .schema_version import CASE_ID as SCHEMA_VERSION
     return {"checks": set(CHECKS), "scenarios": {s.name for s in load_catalog()} | {SCHEMA_VERSION},
-            "mutants": {m.name for m in MUTANTS} | go, "schema": set(SCHEMA_RULE) | migrations}
+            "mutants": {m.name for m in MUTANTS} | go, "schema": set(SCHEMA_RULE) | migrations,
+            "variants": {v.name for v in VARIANTS}}
 
 
 def sentence_problems(page: Path | None = None, spec: Path | None = None) -> list[str]:

@@ -5,6 +5,7 @@ class TestHostError(Exception):
     """Root of every error the TestHost raises on purpose."""
 
     __test__ = False  # not a pytest test class, despite the name
+    exit_code = 2  # what `crashproof` exits with after printing it: a usage or configuration error
 
 
 class ComponentMissing(TestHostError):

@@ -316,6 +316,10 @@ def explore(options: Options) -> tuple[int, dict]:
             max_workers=options.jobs, mp_context=context, initializer=certify._worker_init, initargs=(mode,)))
         signals.armed = True
         try:
+            # A spawned command's first start, before any program runs (a launcher that builds on it builds there).
+            certify._build_stage(certify.Options(command=options.command, launcher=options.launcher,
+                                                 migrations=options.migrations, progress=options.progress),
+                                 pool, log_dir)
             futures = [pool.executor.submit(_job, job, updates) for job in jobs]
             results = [future.result() for future in futures]
             signals.armed = False
@@ -325,6 +329,10 @@ def explore(options: Options) -> tuple[int, dict]:
             signals.armed = False
             stopped = stop_signal
             pool.abort()
+        except TestHostError:  # a one-line error of its own (a build stage that failed): not the harness's
+            signals.armed = False
+            pool.abort()
+            raise
         except Exception as exc:  # noqa: BLE001 - a worker that died or a search that broke: the harness failed
             signals.armed = False
             pool.abort()

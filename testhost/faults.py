@@ -448,9 +448,12 @@ class Cancel:
                "query_canceled) and lets go")
     expects = ("your transaction aborted with a SQLSTATE failure: roll back and retry within your bound (the pass "
                "then answers `ok`), or answer `unknown` with `retriable: true` (`cancel-retried`; a `fail` is dishonest "
-               "here, since the claim or decision before it committed: `outcome-honesty`); your first "
-               "statement in a scoped transaction must lock the dispatch row (or wait for it) for the cancel to reach "
-               "it, and a cancel that found no statement waiting fails the case too")
+               "here, since the claim or decision before it committed: `outcome-honesty`). For the cancel to reach "
+               "you, each scoped transaction must lock the schedule's dispatch row with a statement that waits for "
+               "the lock (a plain `FOR UPDATE`, not `NOWAIT` or `SKIP LOCKED`): the role proof and "
+               "`set_local_scope` come before it (*Transactions of a pass*), and rows read before it are fine, the "
+               "cancel then lands at the lock (protocol note 32d). A cancel that found no statement waiting fails "
+               "the case too")
     wait_s = 10.0
 
     def applies(self, barrier: Barrier) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from barriers import BY_NAME
+from barriers.contract import MAJOR_VERSION as CONTRACT_MAJOR, VERSION as CONTRACT_VERSION
 from barriers.protocol import MANDATORY, PROTOCOL_VERSION, TIMEOUTS
 
 from . import forkserver
@@ -63,6 +64,10 @@ class AdapterProtocolError(TestHostError):
 
 class ImplementationDied(AdapterProtocolError):
     """The implementation exited while the host waited for it (the host did not kill it)."""
+
+
+class NoMessage(AdapterProtocolError):
+    """A live implementation said nothing within the timeout the host waited for its next message."""
 
 
 # How long the host waits for the end of standard output once the process it started has exited: its children
@@ -157,9 +162,10 @@ class Implementation:
     _in_request: bool = False
     _answered: bool = False  # the reader saw the response to the request in flight: later barriers belong to none
 
-    def start(self) -> "Implementation":
+    def start(self, hello_timeout: float | None = None) -> "Implementation":
         """Start the process in its own session (its process group is the unit every signal goes to) and read
-        its hello; on any failure the whole group is killed before the error is raised."""
+        its hello within `hello_timeout` (default: the protocol's hello timeout; the build stage waits longer);
+        on any failure the whole group is killed before the error is raised."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         argv = shlex.split(self.command)
@@ -186,15 +192,15 @@ class Implementation:
             _live.add(self)
         threading.Thread(target=self._read, daemon=True, name=f"impl-{self.label}").start()
         try:
-            self._read_hello()
+            self._read_hello(TIMEOUT["hello"] if hello_timeout is None else hello_timeout)
         except BaseException:
             self.broken = True
             self.kill_group()
             raise
         return self
 
-    def _read_hello(self) -> None:
-        hello = self._next(TIMEOUT["hello"], "hello")
+    def _read_hello(self, timeout: float) -> None:
+        hello = self._next(timeout, "hello")
         if hello is _EOF:
             self._wait_ended(_EOF_GRACE_S)
             raise ImplementationDied(self.death_reason("before its hello"))
@@ -202,6 +208,11 @@ class Implementation:
             raise AdapterProtocolError(f"first message must be hello, got {hello.get('type')!r}")
         if hello.get("protocol") != PROTOCOL_VERSION:
             raise AdapterProtocolError(f"hello speaks protocol {hello.get('protocol')!r}, not {PROTOCOL_VERSION}")
+        contract = hello.get("contract")
+        if contract is not None and (not isinstance(contract, int) or isinstance(contract, bool)
+                                     or not 1 <= contract <= CONTRACT_MAJOR):
+            raise AdapterProtocolError(f"hello names contract {contract!r}; this crashproof certifies contract "
+                                       f"{CONTRACT_VERSION}: name a major version from 1 to {CONTRACT_MAJOR}, or none")
         missing = set(MANDATORY) - set(hello.get("operations", []))
         if missing:
             raise AdapterProtocolError(f"hello lacks the mandatory operation{'s' * (len(missing) != 1)} "
@@ -278,7 +289,7 @@ class Implementation:
                 self._output_ended = True
                 return _EOF  # a process outside the group holds the pipe; the one started is gone
             if ended_at is None and now >= deadline:
-                raise AdapterProtocolError(f"no {waiting_for} within {timeout:g}s from a live process "
+                raise NoMessage(f"no {waiting_for} within {timeout:g}s from a live process "
                                            f"(pid {self.pid}; log: {self.log_path})")
         if raw is _EOF:
             self._output_ended = True

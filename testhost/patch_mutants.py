@@ -24,8 +24,9 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import TestHostError
+from .implementation import TIMEOUT
 
-BUILD_TIMEOUT_S = 600.0  # the first start of a patched copy may build it
+BUILD_TIMEOUT_S = TIMEOUT["build"]  # the first start of a patched copy may build it: the build stage's timeout
 
 
 class PatchMutantError(TestHostError):

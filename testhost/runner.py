@@ -20,7 +20,8 @@ from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
-from . import bridge_role, skew
+from . import bridge_role, case_facts, skew
+from .adapter_env import adapter_environment
 from .barrier_facts import BarrierFacts
 from .bridge_clock import BridgeClock
 from .cancel_pass import CancelPlan, keeps_committed
@@ -45,6 +46,7 @@ from .state import read_state
 from .sessions import KeptSession
 from .store import DISPATCHER, RUNTIME, Store, StorePool
 from .timelines import Timelines
+from .contract_notes import settle, targeted as targeted_contract
 from .verdict import baseline as make_baseline, fault_free_judges
 from .world import CLOCK, NETWORK, World
 
@@ -133,10 +135,12 @@ class CaseOutcome:
     fallbacks: list[str] = field(default_factory=list)
     implementation: str = ""
     operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
+    contract: int | None = None  # the contract major version the hello targets, if it named one
     logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
     cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
     clock_skew: dict[str, dict] = field(default_factory=dict)  # instance -> its OS clock's skew, as verified
     measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
+    facts: dict = field(default_factory=dict)  # what the run's diagnosis reads of the implementation (case_facts.py)
 
     @property
     def baseline(self) -> dict | None:
@@ -149,12 +153,16 @@ class CaseOutcome:
                  "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
                  "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
                  "operations": self.operations, "logs": self.logs}
+        if self.contract is not None:
+            found["contract"] = self.contract
         if self.measurements:
             found["measurements"] = self.measurements
         if self.verdict == "error":
             found["cause"] = self.cause or "harness"
         if self.clock_skew:
             found["clock_skew"] = self.clock_skew
+        if self.facts:
+            found["facts"] = self.facts
         return found
 
 
@@ -209,6 +217,7 @@ class CaseRun:
         self._freeze_next = False  # a set-clock step froze the clock for the step after it
         self.frozen_instants: set[datetime] = set()  # where the server clock stood still in this case
         self.recovered = False  # the fault's recovery has run
+        self.healed = False  # the fault's recovery has healed the world and restarted what died (its passes follow)
         self.after_recovery: list = []  # what waits for the recovery (a step beside a pass a fault interrupted)
         self._beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
         self.beside_outcomes: list[dict] = []
@@ -228,6 +237,9 @@ class CaseRun:
         self.denied_passes: list[dict] = []  # passes whose bridge must be refused (testhost/bridge_role.py)
         self.demotions: list[bridge_role.Demotion] = []  # passes whose runtime role is taken after their decision
         self.default_role_set = False  # the store's default role for bridge_role.DEFAULT_ROLE_LOGIN, reset at the end
+        self.log_offset: int | None = None  # where the server log stood when the case began (case_facts.py)
+        self.runtime_logins: set[str] = set()  # every login CRASHPROOF_RUNTIME_DSN named in this case
+        self.final_state = None  # the store as the checks read it at the end
 
     @property
     def owner(self) -> KeptSession:
@@ -258,9 +270,9 @@ class CaseRun:
             if runtime_user == bridge_role.DEFAULT_ROLE_LOGIN:  # its sessions in this store begin as the runtime role
                 bridge_role.set_default_role(self.world, self.store.dbname, runtime=True)
                 self.default_role_set = True
-        env = {"CRASHPROOF_RUNTIME_DSN": self.store.dsn(runtime_user, proxied=proxied),
-               "CRASHPROOF_DISPATCHER_DSN": self.store.dsn("appsurface_durable_dispatcher", proxied=proxied),
-               "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
+        self.runtime_logins.add(runtime_user)
+        env = adapter_environment(self.store.dsn(runtime_user, proxied=proxied),
+                                  self.store.dsn(DISPATCHER, proxied=proxied), SCOPE, DEADLINE_S)
         if len(self.started) >= MAX_STARTS:
             last = self.started[-1]
             raise ImplementationDied(f"started {len(self.started)} times in this case, the implementation ended "
@@ -315,6 +327,8 @@ class CaseRun:
                 self.fault_error = f"{type(exc).__name__}: {exc}"
                 raise
             self.note("fault-injected", details=self.injection.details, open_xid=self.injection.open_xid)
+            if self.bridge_clock is not None:  # a process that lived on may bridge without redoing its decision
+                self.bridge_clock.after_fault(impl, name, context, self.plan.fault)
         if self.demotions:  # the runtime role taken from the login after a committed decision, before the reply
             self.demotions[-1].at_barrier(self, impl, name, context)
         # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
@@ -1027,7 +1041,10 @@ class CaseRun:
             if counting:
                 self._close_window(impl, response)
         self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
-                             "problem": response.problem})
+                             "problem": response.problem, "died": response.died,
+                             "expected_refusal": self._expecting,
+                             # answered after a fault fired and before its recovery healed the world
+                             "in_fault": self.injection is not None and not self.healed})
         return response
 
     def _during(self) -> str | None:
@@ -1104,6 +1121,7 @@ class CaseRun:
         for label, impl in list(self.impls.items()):
             if not impl.alive:
                 self.impls[label] = self.start_implementation(label)
+        self.healed = True
         self.advance(timedelta(seconds=self.scenario.lease_seconds + 1))
         if step is not None and step.op == "complete-work":
             work_id = self._nth_work(step.args["schedule"], step.args.get("nth", -1))
@@ -1180,9 +1198,11 @@ class CaseRun:
             self.ensure_partitions()
             if self.world.proxy is not None:
                 self.world.proxy.heal()
+            self.log_offset = case_facts.log_offset(self.world)
             self.impls["A"] = self.start_implementation("A")
             outcome.implementation = self.impls["A"].hello.get("implementation", "")
             outcome.operations = sorted(self.impls["A"].hello.get("operations", []))
+            outcome.contract = targeted_contract(self.impls["A"].hello)
             for step in self.scenario.steps:
                 self.model.step_started()
                 self.step(step)
@@ -1213,6 +1233,7 @@ class CaseRun:
                 state = read_state(conn)
             state.drained_at = self.drained_at
             state.planted = frozenset(self.planted)
+            self.final_state = state
             checks = universal(state)
             checks.append(coalesced_forward(self.coalesced_seen))
             checks.append(one_pending_coalesced_seen(self.coalesced_seen))
@@ -1279,6 +1300,7 @@ class CaseRun:
                 checks += [c for c in (fate_check, deadline_check, stall_check, cancel_check, durability_check)
                            if c is not None]
             checks += [c for c in judges if c.name == "crash-equivalence"]
+            checks = settle(checks, targeted_contract(getattr(self.impls.get("A"), "hello", None)))
             outcome.checks, outcome.picture, outcome.model_picture = checks, picture, predicted
             failed = [c.name for c in checks if not c.ok]
             outcome.verdict = "fail" if failed else "pass"
@@ -1299,7 +1321,24 @@ class CaseRun:
             outcome.duration_s = time.monotonic() - self._started
             outcome.logs = {label: str(path) for label, path in self.logs.items() if path.exists()}
             outcome.clock_skew = dict(self.clock_skew)
+            outcome.facts = self.facts()
         return outcome
+
+    def facts(self) -> dict:
+        """What the run's diagnosis reads of the implementation in this case (after its processes stopped)."""
+        if not self.started:
+            return {}
+        try:
+            def sessions(users) -> int | None:
+                return (case_facts.sessions_logged_in(self.world, self.log_offset, users, self.store.dbname)
+                        if self.store is not None else None)
+            # the host's fallbacks log in as the runtime role too: then its sessions tell nothing of the implementation
+            runtime = None if self.fallbacks else sessions(self.runtime_logins)
+            return case_facts.gather(answers=self.answers, timeline=self.timeline, logs=self.logs,
+                                     dispatcher_sessions=sessions({DISPATCHER}), runtime_sessions=runtime,
+                                     state=self.final_state, schedule_names=self.schedule_names)
+        except Exception as exc:  # noqa: BLE001 - facts only explain a verdict; they never change one
+            return {"unread": f"{type(exc).__name__}: {exc}"}
 
     def _count_and_clock_checks(self, state) -> list[CheckResult]:
         """The counts every `ok` pass reported against the committed facts, and the Work's own clock."""
@@ -1310,7 +1349,7 @@ class CaseRun:
                 pass_leaves_no_lease(self.count_windows),
                 work_own_clock(state, clock.moves if clock else [], planned=clock is not None,
                                promised=clock is not None and self.plan.fault is None,
-                               attempts=clock.attempts if clock else 0, frozen=frozenset(self.frozen_instants))]
+                               holds=clock.holds if clock else [], frozen=frozenset(self.frozen_instants))]
 
     def _teardown(self) -> None:
         if self.bridge_clock is not None:

@@ -26,6 +26,7 @@ from barriers.schema import (COLUMN_GRANTS, DISPATCHER, FUNCTION_GRANTS, OWNER, 
                              TABLE_GRANTS)
 
 from .checks import CheckResult
+from .contract_notes import settle
 from .schema_probes import CLAIM_RULE, SCOPE_RULE, ClaimProber, check_local_scope
 from .store import MigrationFailed, Store, new_store, schema_migrations
 from .world import CLOCK, World
@@ -352,7 +353,7 @@ def run_schema_stage(world: World, migrations: Path | None) -> dict:
             check_security_definers(conn, findings)
     finally:
         store.drop()
-    checks = findings.checks()
+    checks = settle(findings.checks(), None)
     failed = [c.name for c in checks if not c.ok]
     return {"id": CASE_ID, "scenario": CASE_ID, "barrier": None, "fault": None, "hit": None,
             "verdict": "fail" if failed else "pass", "reason": ", ".join(failed),

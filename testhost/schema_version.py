@@ -13,6 +13,7 @@ from psycopg import sql
 
 from barriers.schema import RUNTIME
 
+from .adapter_env import adapter_environment
 from .checks import SCHEMA_VERSION_REFUSED, CheckResult
 from .implementation import AdapterProtocolError, Implementation
 from .store import Store, new_store
@@ -85,9 +86,7 @@ def run_with_hello(world, command: str, log_dir: Path) -> tuple[dict, dict]:
     try:
         store.create_scope(SCOPE)
         before = read_rows(store)
-        env = {"CRASHPROOF_RUNTIME_DSN": store.dsn(RUNTIME),
-               "CRASHPROOF_DISPATCHER_DSN": store.dsn("appsurface_durable_dispatcher"),
-               "CRASHPROOF_SCOPE": SCOPE, "CRASHPROOF_DEADLINE_S": str(DEADLINE_S)}
+        env = adapter_environment(store.dsn(RUNTIME), store.dsn("appsurface_durable_dispatcher"), SCOPE, DEADLINE_S)
         impl = Implementation(command, env, lambda _impl, name, _ctx: barriers.append(name),
                               log_dir / CASE_ID / "A.stderr").start()
         answers = []

@@ -34,6 +34,9 @@ SERVER_SETTINGS = {
     "log_timezone": "'UTC'",
     "log_min_messages": "warning",
     "log_line_prefix": "'%m [%p] '",
+    # One line per session let in (user and database): a failed run's diagnosis tells an implementation that never
+    # logged in where its DSN points (testhost/case_facts.py).
+    "log_connections": "on",
     "huge_pages": "off",
     # Crash recovery first makes the data directory durable. The default opens and fsyncs every file (two
     # thousand, with the case databases), 0.1-0.3 s per db-crash case; syncfs syncs each file system once.

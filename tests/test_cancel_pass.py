@@ -45,7 +45,7 @@ def test_the_check_is_registered_with_its_sentence_and_on_the_protocol_page():
     from barriers.render import render
     page = render()
     assert CHECKS["cancel-keeps-committed"].startswith(SENTENCE)
-    assert f"| `cancel-keeps-committed` | {CHECKS['cancel-keeps-committed']} |" in page
+    assert f"| `cancel-keeps-committed` | pinned-reading" in page and f" | {CHECKS['cancel-keeps-committed']} |" in page
     assert f"`{CANCEL_PASS}`" in page and "cancel_at" in page
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from testhost.build_stage import BuildStageFailed
 from testhost.certify import Options, certify
 from testhost.processes import group_members, is_alive
 
@@ -31,11 +32,20 @@ def survivors(report: dict) -> list[int]:
     return [p for pid in pids for p in {*group_members(pid), *([pid] if is_alive(pid) else [])}]
 
 
+# What the build stage says of a spawned adapter that never gets to its hello (testhost/build_stage.py).
+BEFORE_HELLO = {"crash-at-start": "build stage: .* did not start: the implementation exited with status 3 before its "
+                                  "hello; its last stderr line: (broken: giving up at start|wrapper: the adapter "
+                                  "exited with status 3)",
+                "never-hello": "build stage: .* did not start: no line on standard output within 5 s of the first "
+                               "start"}
+
+
 @pytest.mark.parametrize("mode, reason", [
     ("crash-at-start", "the implementation exited with status 3 before its hello; its last stderr lines: "
                        "broken: giving up at start"),
     ("never-hello", "no hello within 5s from a live process"),
     ("no-process-due", "lacks the mandatory operation"),
+    ("future-contract", "hello names contract 99; this crashproof certifies contract"),
     ("bad-json", "not a JSON line while waiting for the response to process-due"),
     ("hang", "no response to process-due within 2s from a live process"),
     ("unknown-message", "unexpected message type 'gossip'"),
@@ -47,8 +57,16 @@ def survivors(report: dict) -> list[int]:
 def test_broken_adapter_gives_error_verdicts_and_leaves_no_process(mode, reason, started_as, tmp_path, monkeypatch):
     monkeypatch.setenv("CRASHPROOF_OPERATION_TIMEOUT_S", "2")
     monkeypatch.setenv("CRASHPROOF_HELLO_TIMEOUT_S", "5")
+    monkeypatch.setenv("CRASHPROOF_BUILD_TIMEOUT_S", "5")
     monkeypatch.setenv("PYTHON", sys.executable)
     lines = []
+    if started_as != "module" and mode in BEFORE_HELLO:
+        # A spawned command's first start is the build stage's, before any case: it ends the run with one line.
+        with pytest.raises(BuildStageFailed, match=BEFORE_HELLO[mode]):
+            certify(Options(command=command_for(started_as, mode), scenario="a[ft]*", report_dir=tmp_path,
+                            progress=lines.append))
+        assert not (tmp_path / "report.json").exists()
+        return
     code, report = certify(Options(command=command_for(started_as, mode), scenario="a[ft]*",
                                    report_dir=tmp_path, progress=lines.append))
     assert report["implementation"]["launcher"] == ("fork-server" if started_as == "module" else "spawn")
@@ -78,9 +96,10 @@ def test_an_exit_while_the_host_waits_is_noticed_at_once_not_after_the_timeout(s
 
 
 def test_a_program_that_dies_at_every_start_ends_its_case_after_bounded_starts(tmp_path, monkeypatch):
-    """It exits at once every time: the faulted case's restart after the kill ends the case with the reason."""
+    """It exits at once every time: the faulted case's restart after the kill ends the case with the reason. (Forked:
+    a spawned command that dies at its first start ends the run in the build stage, before any case.)"""
     monkeypatch.setenv("PYTHON", sys.executable)
-    code, report = certify(Options(command=command_for("wrapper", "crash-at-start"), scenario="at-single",
+    code, report = certify(Options(command=command_for("module", "crash-at-start"), scenario="at-single",
                                    report_dir=tmp_path, progress=lambda line: None))
     assert code == 1
     (case,) = report["cases"]

@@ -132,13 +132,39 @@ def test_the_work_of_a_held_bridge_must_carry_a_sample_taken_after_the_clock_mov
     assert work_own_clock(_clock_state(0.01), [later], planned=True).ok
 
 
+def _hold(outcome="the request ended with no transaction waiting for the row", meanwhile=(), after_fault=None):
+    return {"at": "schedule-decision-after-commit", "instance": "A", "schedule_id": str(S), "after_fault": after_fault,
+            "taken": True, "outcome": outcome, "barriers_meanwhile": list(meanwhile)}
+
+
 def test_a_planned_clock_move_that_never_happened_fails_the_run():
-    never = work_own_clock(_clock_state(0.01), [], planned=True, attempts=2)
-    assert not never.ok and never.evidence[0]["happened"] is False and never.evidence[0]["decisions_held"] == 2
+    never = work_own_clock(_clock_state(0.01), [], planned=True, holds=[_hold(), _hold()])
+    assert not never.ok and never.evidence[0]["happened"] is False and len(never.evidence[0]["holds"]) == 2
+    assert "no bridge of the schedule ran meanwhile" in never.evidence[0]["why"]
+    assert "the request ended with no transaction waiting" in never.evidence[0]["holds"][0]
+    # a bridge that ran while the row was held, without waiting for it, is named as such
+    unlocked = work_own_clock(_clock_state(0.01), [], planned=True, promised=True,
+                              holds=[_hold(meanwhile=["schedule-work-after-acceptance"])])
+    assert "accepted Work before it locked the schedule's dispatch row" in unlocked.evidence[0]["why"]
+    # a fault-free run in which no decision was ever held says so, not that the bridge failed to wait
+    none = work_own_clock(_clock_state(0.01), [], planned=True, promised=True)
+    assert not none.ok and "never held the dispatch row" in none.evidence[0]["why"]
     # the fault-free run must also have linked the Work of the held bridge
     elsewhere = {**_move(), "schedule_id": str(uuid.uuid4())}
     assert not work_own_clock(_clock_state(30.02), [elsewhere], planned=True, promised=True).ok
     assert work_own_clock(_clock_state(30.02), [elsewhere], planned=True).ok  # a faulted run may lose that bridge
+
+
+def test_a_faulted_run_that_left_no_hold_to_offer_is_not_compared_for_the_move():
+    # a fault that left no committed decision of a live process before the bridge: not a failure of the bridge
+    found = work_own_clock(_clock_state(0.01), [], planned=True,
+                           holds=[{**_hold(), "taken": False, "outcome": "not taken: LockNotAvailable"}])
+    assert found.ok and "could offer no hold" in found.skipped
+    # ... while a Work stamped with the bridge's transaction time still fails there
+    assert not work_own_clock(_clock_state(0), [], planned=True).ok
+    # a hold offered after a disconnect that no bridge met is a failure, with its outcome
+    missed = work_own_clock(_clock_state(0.01), [], planned=True, holds=[_hold(after_fault="disconnect")])
+    assert not missed.ok and "after the disconnect fault there" in missed.evidence[0]["holds"][0]
 
 
 def test_the_bridge_clock_switch_is_a_positive_number_of_seconds():

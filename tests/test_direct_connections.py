@@ -15,13 +15,15 @@ COMMAND = f"{sys.executable} -m tests.adapters.environment_report"
 
 
 def _ports_seen(outcome) -> set[str]:
-    """The ports of the runtime and dispatcher DSNs every start of instance A was given."""
+    """The ports of the runtime and dispatcher DSNs every start of instance A was given, in both forms (keyword/value
+    and URI: a URI that went elsewhere than its DSN would add a port)."""
     ports = set()
     for line in Path(outcome.logs["A"]).read_text().splitlines():
         if line.startswith('{"argv"'):
             environment = json.loads(line)["environment"]
             ports |= {conninfo_to_dict(environment[name])["port"]
-                      for name in ("CRASHPROOF_RUNTIME_DSN", "CRASHPROOF_DISPATCHER_DSN")}
+                      for name in ("CRASHPROOF_RUNTIME_DSN", "CRASHPROOF_DISPATCHER_DSN",
+                                   "CRASHPROOF_RUNTIME_DSN_URI", "CRASHPROOF_DISPATCHER_DSN_URI")}
     return ports
 
 

@@ -48,6 +48,18 @@ def test_several_instants_make_one_recovery_range_or_are_skipped():
     assert occurrences(skip) == [] and skip.schedules["s"].cursor == T + 5 * MIN + timedelta(seconds=1)
 
 
+def test_skip_wins_over_a_held_slot_for_a_range_and_a_single_instant_coalesces():
+    """Protocol note 5a, as the model judges every implementation (model-agreement, processor-history)."""
+    model = Model()
+    model.create("s", every(misfire="skip"))
+    model.pass_(T + MIN + timedelta(seconds=1))  # its Work holds the slot
+    model.pass_(T + 4 * MIN + timedelta(seconds=1))  # three instants while the slot is held: skipped
+    assert occurrences(model) == [(1, "nominal", T + MIN, T + MIN, "materialized", "pending")]
+    assert model.schedules["s"].events == [("recovery-skipped", T + 2 * MIN, T + 4 * MIN)]
+    model.pass_(T + 5 * MIN + timedelta(seconds=1))  # one instant: coalesced behind the slot
+    assert occurrences(model)[1:] == [(1, "coalesced", T + 5 * MIN, T + 5 * MIN, "pending", None)]
+
+
 def test_coalescing_requeue_and_supersession():
     model = Model()
     model.create("s", every())

@@ -179,6 +179,27 @@ def test_skip_misfire_policy_declares_the_range_without_work(store, client, proc
     assert rows(store, "schedule_history", "event = 'recovery-skipped'")[0]["detail"]["instants"] == 3
 
 
+def test_skip_wins_over_a_held_slot_for_a_range_and_a_single_instant_coalesces(store, client, processor, work, world):
+    """Protocol note 5a: under `skip` a recovery range is skipped also while the slot is held (no coalesced
+    occurrence takes it); one instant is no range, and coalesces behind the held slot."""
+    view = client.create(every(60, misfire_policy="skip"))
+    world.clock.shift(timedelta(seconds=61))
+    assert processor.process_due().materialized == 1  # +60 s: its Work holds the slot
+    world.clock.shift(timedelta(seconds=180))  # +120, +180, +240 due: a range, the slot held
+    counts = processor.process_due()
+    assert (counts.recovery_skipped, counts.coalesced, counts.occurrences) == (1, 0, 0)
+    assert [o["occurrence_kind"] for o in occurrences(store, view.schedule_id)] == ["nominal"]
+    world.clock.shift(timedelta(seconds=60))  # +300 alone: coalesced behind the slot
+    assert processor.process_due().coalesced == 1
+    anchor = view.definition.timing.anchor_utc
+    assert [(o["occurrence_kind"], o["first_nominal_utc"] - anchor, o["last_nominal_utc"] - anchor, o["state"])
+            for o in occurrences(store, view.schedule_id)] == [
+        ("nominal", timedelta(seconds=60), timedelta(seconds=60), "materialized"),
+        ("coalesced", timedelta(seconds=300), timedelta(seconds=300), "pending")]
+    [skipped] = rows(store, "schedule_history", "event = 'recovery-skipped'")
+    assert skipped["detail"]["instants"] == 3
+
+
 def test_anomalous_jump_suspends_without_moving_the_cursor_and_update_repairs(store, client, processor, world):
     view = client.create(every(60, safety_window=timedelta(minutes=10)))
     world.clock.shift(timedelta(days=2))

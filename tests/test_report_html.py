@@ -79,6 +79,48 @@ def test_the_summary_and_failures_read_with_javascript_off(page):
         assert browser.find_elements(By.ID, "detail")[0].text == ""  # nothing drawn: the script did not run
 
 
+def test_a_rule_changed_since_the_targeted_contract_and_a_reference_choice_read_as_such(page):
+    """A failure of a rule changed after the contract the hello targets carries the change, with JavaScript and
+    without; a reference-choice difference is drawn as a difference (≠), not a failure, with its note."""
+    from barriers.contract import changed_note
+    from reports.render import render
+    from reports.report import summary
+    from testhost.contract_notes import DIFFERS
+
+    path = page.parent / "report.json"
+    report = json.loads(path.read_text())
+    failing = next(c for c in report["cases"] if c["id"] == FAILING)
+    check = next(c for c in failing["checks"] if not c["ok"])
+    check["changed"] = changed_note("cancel-keeps-committed", 4)
+    passing = next(c for c in report["cases"] if c["verdict"] == "pass")
+    passing["checks"].append({"name": "idle-pass-keeps-cursor", "rule": "reference: ...", "ok": True, "rows": 2,
+                              "evidence": [{"schedule_id": "s", "decided_meanwhile": "nothing"}],
+                              "differs": DIFFERS.format(name="idle-pass-keeps-cursor")})
+    report["contract"] = {"version": "6.1", "targeted": 4}
+    report["summary"] = summary(report["cases"])
+    path.write_text(json.dumps(report))
+    render(page.parent, ["html"])
+    with chromium() as browser:
+        browser.get(page.as_uri())
+        verdict = browser.find_element(By.ID, "verdict").text
+        assert "contract 6.1" in verdict and "rules changed since the contract 4 the hello targets" in verdict
+        assert "1 case differs from the reference" in verdict
+        browser.get(page.as_uri() + "#" + anchor(FAILING))
+        case = WebDriverWait(browser, 10).until(seen.visibility_of_element_located((By.ID, f"d-{anchor(FAILING)}")))
+        failed = case.find_element(By.CSS_SELECTOR, "table.checks tr.failed")
+        assert "rule changed in contract 6.0" in failed.text
+        browser.get(page.as_uri() + "#" + anchor(passing["id"]))
+        case = WebDriverWait(browser, 10).until(
+            seen.visibility_of_element_located((By.ID, f"d-{anchor(passing['id'])}")))
+        differs = case.find_element(By.CSS_SELECTOR, "table.checks tr.differs")
+        assert differs.find_elements(By.TAG_NAME, "td")[0].text == "≠"
+        assert "differs from the reference" in differs.text and "idle-pass-keeps-cursor" in differs.text
+        assert browser.get_log("browser") == []
+    with chromium(javascript=False) as browser:
+        browser.get(page.as_uri())
+        assert "rule changed in contract 6.0" in browser.find_element(By.ID, anchor(FAILING)).text
+
+
 def test_a_passing_selection_has_a_look_of_its_own_neither_a_failure_nor_a_certification(reference_report,
                                                                                           mutant_report, tmp_path):
     """Three verdicts, three boxes: a failure red, a selection whose cases all passed blue, a certification green."""

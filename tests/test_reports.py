@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from barriers.contract import VERSION as CONTRACT
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from reports import ReportError, certificate, compare, render
@@ -320,12 +322,12 @@ def test_only_a_run_of_the_whole_matrix_is_certified(reference_report, tmp_path)
     certified, verdict = outcome(load(reference_report).report)
     assert not certified and verdict.startswith("PASSED (a selection: --scenario at-single; --barrier "
                                                 "schedule-decision-after-commit; --fault kill)")
-    assert verdict.endswith("not a certification")
+    assert verdict.endswith(f"not a certification; contract {CONTRACT}")
     assert standing(load(reference_report).report) == "selection-passed"
     directory = _copy(reference_report, tmp_path / "whole")
     _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE))
     assert outcome(load(directory).report) == (True, f"CERTIFIED: all {len(load(directory).report['cases'])} "
-                                                     "cases passed")
+                                                     f"cases passed; contract {CONTRACT}")
     assert standing(load(directory).report) == "certified"
     render.render(directory, ["md"])
     assert (directory / "report.md").read_text().startswith("## crashproof: ✅ CERTIFIED: all ")

@@ -37,6 +37,10 @@ def test_catalog_has_at_least_twenty_scenarios_covering_the_required_ground():
     ('[[steps]]\nop = "set-clock"\nat = "+1.5s"\nfreeze = true\n', "whole second"),
     ('[[steps]]\nop = "set-clock"\nat = "noon"\n', r"at: time 'noon' must look like"),
     ('[[steps]]\nop = "process"\nexpect = "maybe"\n', "expect must be one of ok, fail"),
+    # the host sends process-due no maximum_schedules below 1 (barriers/PROTOCOL.md, process-due)
+    ('[[steps]]\nop = "process"\nmaximum_schedules = 0\n', "maximum_schedules must be a whole number from 1, not 0"),
+    ('[[steps]]\nop = "race"\nmaximum_schedules = -2\n', "maximum_schedules must be a whole number from 1, not -2"),
+    ('[[steps]]\nop = "process"\nmaximum_schedules = 1.5\n', "maximum_schedules has the wrong type"),
     ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-link-after-commit", op = "update" }\n',
      "during.barrier must be one of schedule-claim-before-commit"),
     ('[[steps]]\nop = "process"\nduring = { barrier = "schedule-decision-before-commit", op = "drain" }\n',

@@ -120,5 +120,5 @@ def test_certify_runs_the_stage_beside_the_scenarios_and_fails_the_mutant_with_e
     assert report["run"]["selection"]["plan_count"] == len(report["cases"]) == 1  # the stage's case is planned
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("1 case: 0 passed, 1 failed, 0 error, 0 not-run in ")
-    assert out[1] == "Implementation: crashproof-reference (declares " + ", ".join(sorted(OPERATIONS)) + ")"
-    assert out[-1] == "NOT CERTIFIED: 0 of 1 case passed; 1 failed"
+    assert out[1].startswith("NOT CERTIFIED: 0 of 1 case passed; 1 failed")
+    assert out[2] == "Implementation: crashproof-reference (declares " + ", ".join(sorted(OPERATIONS)) + ")"

@@ -127,9 +127,10 @@ func main() {
 	// clock_utc: this process's own wall clock, for the host to see whether a skew it asked for took effect
 	// (Go reads the clock through the vDSO, not libc, so libfaketime does not reach it; PROTOCOL.md says what
 	// the host does then). The processor never reads it: its cutoffs and leases come from PostgreSQL.
-	ch.send(map[string]any{"type": "hello", "protocol": 1, "implementation": implementationName,
+	// contract: the certification contract this example implements (docs/contract-changes.md).
+	ch.send(map[string]any{"type": "hello", "protocol": 1, "contract": 6, "implementation": implementationName,
 		"operations": []string{"process-due"},
-		"clock_utc": time.Now().UTC().Format(time.RFC3339Nano)})
+		"clock_utc":  time.Now().UTC().Format(time.RFC3339Nano)})
 	for {
 		message, err := ch.readMessage()
 		if err == io.EOF {

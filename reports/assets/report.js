@@ -115,16 +115,18 @@
 
   function checksTable(c) {
     var rows = [], d = data();
-    // failed (0) first, then not compared (2), then passed (1)
-    var order = function (k) { return k[1] === 2 ? 0.5 : k[1]; };
+    // failed (0) first, then not compared (2), then differs from the reference (3), then passed (1)
+    var order = function (k) { return k[1] === 2 ? 0.5 : k[1] === 3 ? 0.75 : k[1]; };
     var checks = c.c.slice().sort(function (a, b) { return order(a) - order(b); });
     var body = [];
     checks.forEach(function (k) {
-      var name = S(d.checks[k[0]][0]), rule = S(d.checks[k[0]][1]), skipped = k[1] === 2;
-      body.push(el("tr", {class: skipped ? "not-compared" : k[1] ? "" : "failed"}, [
-        el("td", {title: skipped ? "not compared" : ""}, [skipped ? "–" : k[1] ? "✓" : "✗"]), el("td", {class: "mono"}, [name]),
-        el("td", {}, [String(k[2])]), el("td", {class: "rule"}, skipped ? [rule, el("div", {class: "muted"}, [S(k[4])])] : [rule])]));
-      if ((!k[1] || skipped) && k[3] && k[3].length) {
+      var name = S(d.checks[k[0]][0]), rule = S(d.checks[k[0]][1]), skipped = k[1] === 2, differs = k[1] === 3;
+      var note = k[4] === undefined ? null : S(k[4]);
+      body.push(el("tr", {class: skipped ? "not-compared" : differs ? "differs" : k[1] ? "" : "failed"}, [
+        el("td", {title: skipped ? "not compared" : differs ? "differs from the reference" : ""},
+           [skipped ? "–" : differs ? "≠" : k[1] ? "✓" : "✗"]), el("td", {class: "mono"}, [name]),
+        el("td", {}, [String(k[2])]), el("td", {class: "rule"}, note ? [rule, el("div", {class: "muted note"}, [note])] : [rule])]));
+      if ((!k[1] || skipped || differs) && k[3] && k[3].length) {
         body.push(el("tr", {class: "evidence-row"}, [el("td", {}, []), el("td", {colspan: 3}, [
           el("div", {class: "muted"}, ["evidence (" + k[3].length + " rows)"]), evidenceTable(k[3])])]));
       }

@@ -17,6 +17,9 @@ if mode == "crash-at-start":
     sys.exit(3)
 if mode == "never-hello":
     time.sleep(3600)
+if mode == "future-contract":
+    send({"type": "hello", "protocol": 1, "contract": 99, "implementation": "broken", "operations": ["process-due"]})
+    time.sleep(60)
 if mode == "no-process-due":
     send({"type": "hello", "protocol": 1, "implementation": "broken", "operations": ["create"]})
     sys.exit(0)
