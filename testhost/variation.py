@@ -70,7 +70,8 @@ def line(verdict: dict) -> str:
     """The one line `crashproof variants` prints for a variant."""
     name = verdict["variant"]
     if verdict["certified"]:
-        head = f"certified: legal variant {name} passed all {counted(verdict['cases'], 'case')}"
+        cases = verdict["cases"]
+        head = f"certified: legal variant {name} passed " + ("its 1 case" if cases == 1 else f"all {counted(cases, 'case')}")
     else:
         what = []
         if verdict["failed"]:
