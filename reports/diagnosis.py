@@ -128,7 +128,7 @@ def _ignored_cancels(case: dict) -> list[dict]:
 def _barrier_reply_ignored_cause(case: dict) -> str:
     cancel = _ignored_cancels(case)[0]
     return (f"the host answered `{cancel.get('barrier')}` with the barrier-reply action `cancel-pass` and the pass "
-            f"still committed {cancel.get('claims_after')} more claim(s) before it answered: the reply's `action` "
+            f"still committed {counted(cancel.get('claims_after') or 0, 'more claim')} before it answered: the reply's `action` "
             "was taken for `continue`. `cancel-pass` is mandatory: finish the lease in hand (its bridge too) and "
             "start no other lease in that pass")
 
