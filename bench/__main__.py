@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
             for figure in benchmark():
                 print(figure.line(), flush=True)
                 missed += not figure.met
-    print(f"{missed} target(s) missed" if missed else "all targets met")
+    print(f"{missed} target{'s' * (missed != 1)} missed" if missed else "all targets met")
     return 1 if missed else 0
 
 

@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from reports import counted
 from scenarios.matrix import expand
 from scenarios.model import load_catalog
 from testhost import forkserver, runner, store
@@ -195,7 +196,7 @@ def main() -> None:
             census[scenario.name], pictures[scenario.name] = outcome.hits, outcome.baseline
         plans, _ = expand(scenarios, census, FAULTS, fault=options.fault.split(","))
         plans = [p for p in plans if p.fault is not None][::options.stride][:options.limit or None]
-        print(f"{len(scenarios)} scenarios, {len(plans)} faulted cases sampled")
+        print(f"{counted(len(scenarios), 'scenario')}, {counted(len(plans), 'faulted case')} sampled")
         phases.total.clear(), phases.calls.clear()
         if options.statements:
             with world.admin() as conn:
@@ -221,7 +222,7 @@ def main() -> None:
         after, elapsed = cpu(world), time.perf_counter() - started
     n = len(plans)
     n = max(n, 1)
-    print(f"{len(plans)} cases ({dict(verdicts)}) in {elapsed:.1f} s wall, {n / elapsed:.2f} cases/s; load "
+    print(f"{counted(len(plans), 'case')} ({dict(verdicts)}) in {elapsed:.1f} s wall, {n / elapsed:.2f} cases/s; load "
           f"{os.getloadavg()[0]:.1f}")
     print("CPU per case, ms (postgres misses a crashed postmaster's children):")
     total = 0.0

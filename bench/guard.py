@@ -155,11 +155,11 @@ def guard() -> list[Figure]:
     baseline = json.loads(BASELINE.read_text())
     now = measure(baseline["cases"])
     ratio, within = verdict(now, baseline)
-    print(f"guard: {len(now['cases'])} cases, {now['cpu_ms_per_case']} ms CPU per case, probe {now['probe_s']} s "
+    print(f"guard: {len(now['cases'])} case{'s' * (len(now['cases']) != 1)}, {now['cpu_ms_per_case']} ms CPU per case, probe {now['probe_s']} s "
           f"(baseline {baseline['commit']} of {baseline['measured_at']}: {baseline['cpu_ms_per_case']} ms, probe "
           f"{baseline['probe_s']} s); normalised ratio {ratio:.3f}: {'ok' if within else 'FAIL, over 10 %'}"
           + (f"; {len(now['missing'])} baseline cases no longer planned" if now["missing"] else ""), flush=True)
-    return [Figure(f"CPU per faulted case / machine probe ({len(now['cases'])} cases)", now["normalised"], "ms/s",
+    return [Figure(f"CPU per faulted case / machine probe ({len(now['cases'])} case{'s' * (len(now['cases']) != 1)})", now["normalised"], "ms/s",
                    f"<= {LIMIT:.2f}x base", within, baseline["normalised"], f"baseline at {baseline['commit']}")]
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
     if options.record:
         now = measure()
         BASELINE.write_text(json.dumps({k: v for k, v in now.items() if k != "missing"}, indent=1) + "\n")
-        print(f"baseline at {now['commit']}: {now['cpu_ms_per_case']} ms CPU per case over {len(now['cases'])} cases,"
+        print(f"baseline at {now['commit']}: {now['cpu_ms_per_case']} ms CPU per case over {len(now['cases'])} case{'s' * (len(now['cases']) != 1)},"
               f" probe {now['probe_s']} s, normalised {now['normalised']}")
         return 0
     figure = guard()[0]

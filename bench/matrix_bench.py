@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from reports import counted
 from scenarios.model import load_catalog
 from testhost.certify import Options, certify, default_jobs
 from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
@@ -90,12 +91,12 @@ def full_matrix() -> list[Figure]:
     jobs, plain = default_jobs(), os.cpu_count() or 1
     elapsed, cases, code, busy = _matrix(jobs)
     reference, reference_cases, reference_code, reference_busy = _matrix(plain)
-    figures = [Figure(f"full matrix, {jobs} jobs on {plain} cores ({cases} cases, {cases / elapsed:.1f}/s, "
+    figures = [Figure(f"full matrix, {counted(jobs, 'job')} on {counted(plain, 'core')} ({counted(cases, 'case')}, {cases / elapsed:.1f}/s, "
                       f"busy CPU {busy:.0f} s)", elapsed, "s", f"<= {TARGET_S} s", elapsed <= TARGET_S and code == 0,
-                      reference, f"{plain} jobs ({reference_cases} cases, {reference_cases / reference:.1f}/s, "
+                      reference, f"{counted(plain, 'job')} ({counted(reference_cases, 'case')}, {reference_cases / reference:.1f}/s, "
                                  f"busy CPU {reference_busy:.0f} s{'' if reference_code == 0 else ', FAILED'})")]
     go, go_cases, go_code, go_busy = _matrix(jobs, str(GO_EXAMPLE))
-    figures.append(Figure(f"full matrix, examples/go, {jobs} jobs ({go_cases} cases, {go_cases / go:.1f}/s, busy "
+    figures.append(Figure(f"full matrix, examples/go, {counted(jobs, 'job')} ({counted(go_cases, 'case')}, {go_cases / go:.1f}/s, busy "
                           f"CPU {go_busy:.0f} s{'' if go_code == 0 else ', FAILED'})", go, "s", f"<= {GO_TARGET_S} s",
                           go <= GO_TARGET_S and go_code == 0, elapsed, "the reference's, same run"))
     return figures

@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
         for commit in (options.old, options.new):
             ms, cases = measure(paths[commit], sample)
             figures[commit].append(ms)
-            print(f"round {round_ + 1} {commit:>12}: {ms:7.1f} ms CPU per faulted case ({cases} cases)", flush=True)
+            print(f"round {round_ + 1} {commit:>12}: {ms:7.1f} ms CPU per faulted case ({cases} case{'s' * (cases != 1)})", flush=True)
     old, new = statistics.median(figures[options.old]), statistics.median(figures[options.new])
     print(f"median {options.old}: {old:.1f} ms, {options.new}: {new:.1f} ms; ratio {new / old:.3f}")
     return 0

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import psycopg
 from psycopg import sql
+from reports import counted
 
 from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, ScheduleSpec, Target
 from testhost.components import find_postgres
@@ -250,7 +251,7 @@ def _time_workers(world: World, store: Store, target, args: tuple, done_key: str
         materialized = conn.execute("select count(*) as n from appsurface_durable.schedule_occurrences "
                                     "where state = 'materialized'").fetchone()["n"]
     if due_left or materialized != SCHEDULES:
-        raise RuntimeError(f"{due_left} schedules still due and {materialized} occurrences materialized "
+        raise RuntimeError(f"{counted(due_left, 'schedule')} still due and {counted(materialized, 'occurrence')} materialized "
                            f"after the workers finished (expected 0 and {SCHEDULES})")
     return _Timed(
         rate=done / elapsed,
@@ -335,13 +336,13 @@ def throughput(world: World | None = None) -> list[Figure]:
         Info("pgbench -N TPS, 2 clients, 2 threads (mean)", run.tps, "tps"),
         Info("  right before the processors", run.tps_before, "tps"),
         Info("  right after them (and the replay)", run.tps_after, "tps"),
-        Info(f"machine CPU busy during pgbench ({cores} cores)", run.pgbench_busy * 100, "%"),
+        Info(f"machine CPU busy during pgbench ({counted(cores, 'core')})", run.pgbench_busy * 100, "%"),
         Info("commits per occurrence (xact_commit)", mine.commits_per, "commit"),
         Info("  of which write (xids assigned)", mine.writes_per, "commit"),
         Info("processor CPU per occurrence (Python)", mine.cpu_per, "ms"),
         Info("server CPU per occurrence (its backends)", mine.server_cpu_per, "ms"),
-        Info(f"CPU-bound limit on {cores} cores", cores * 1000 / (mine.cpu_per + mine.server_cpu_per), "occ/s"),
-        Info(f"machine CPU busy while processing ({cores} cores)", mine.busy * 100, "%"),
+        Info(f"CPU-bound limit on {counted(cores, 'core')}", cores * 1000 / (mine.cpu_per + mine.server_cpu_per), "occ/s"),
+        Info(f"machine CPU busy while processing ({counted(cores, 'core')})", mine.busy * 100, "%"),
         Figure(f"occurrences/s, {PROCESSORS} processors, {SCHEDULES:,} due", mine.rate, "occ/s", ">= 0.75 ceil",
                mine.rate >= 0.75 * run.ceiling, run.ceiling, "ceiling = pgbench TPS / commits per occ"),
         Info("  the same against the write-commit ceiling", mine.rate, "occ/s", run.tps / mine.writes_per,
@@ -352,7 +353,7 @@ def throughput(world: World | None = None) -> list[Figure]:
         Info("  replay: client CPU per occurrence", bare.cpu_per, "ms"),
         Info("  replay: server CPU per occurrence", bare.server_cpu_per, "ms"),
         Info("  replay: commits per occurrence", bare.commits_per, "commit"),
-        Info(f"  replay: machine CPU busy ({cores} cores)", bare.busy * 100, "%"),
+        Info(f"  replay: machine CPU busy ({counted(cores, 'core')})", bare.busy * 100, "%"),
         # The target assumes durable commits bound both runs. Where a flush is fast the processors are bound by
         # CPU instead (pgbench, waiting on its round trips, leaves cores idle), so the same runs follow on a
         # server whose every flush is slower, as on many network volumes: figures with no target of their own.
@@ -467,11 +468,11 @@ def claim_flat(world: World | None = None) -> list[Figure]:
         store.drop()
     small, large = CLAIM_SIZES
     ratio = latencies[large] / latencies[small]
-    figures = [Figure(f"claim at {large:,} schedules (median)", latencies[large] * 1000, "ms", "<= 1.5x",
-                      ratio <= 1.5, latencies[small] * 1000, f"the same claim at {small:,} schedules")]
+    figures = [Figure(f"claim at {large:,} schedule{'s' * (large != 1)} (median)", latencies[large] * 1000, "ms", "<= 1.5x",
+                      ratio <= 1.5, latencies[small] * 1000, f"the same claim at {small:,} schedule{'s' * (small != 1)}")]
     if ratio > 1.5:
         for size in CLAIM_SIZES:
-            print(f"plan of the claim's select at {size:,} schedules:\n{plans[size]}", flush=True)
+            print(f"plan of the claim's select at {size:,} schedule{'s' * (size != 1)}:\n{plans[size]}", flush=True)
     return figures
 
 

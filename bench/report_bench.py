@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from reports import counted
 from reports.browser import chromium
 from reports.html import Html
 from reports.report import load, summary, write
@@ -74,13 +75,13 @@ def full_matrix_page() -> list[Figure]:
     load_s = statistics.median(loads)
     cases = len(report["cases"])
     return [
-        Figure(f"report.html size ({cases} cases)", size_mb, "MB", "<= 4", size_mb <= 4,
+        Figure(f"report.html size ({counted(cases, 'case')})", size_mb, "MB", "<= 4", size_mb <= 4,
                raw_path.stat().st_size / 1e6, "report.json"),
         Figure(f"report.html load in headless Chromium ({cases})", load_s, "s", "< 2", load_s < 2, parse_s,
                "json.load of report.json"),
         Figure("report.html rendered from report.json", render_s, "s", "< 10", render_s < 10, parse_s,
                "json.load of report.json"),
-        Figure(f"first cell opened ({drawn} cases drawn)", open_s, "s", "< 1", open_s < 1 and drawn > 0, parse_s,
+        Figure(f"first cell opened ({counted(drawn, 'case')} drawn)", open_s, "s", "< 1", open_s < 1 and drawn > 0, parse_s,
                "json.load of report.json"),
     ]
 

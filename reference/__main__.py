@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             findings = validate(session)
             for finding in findings:
                 print(finding)
-            print("grants exact" if not findings else f"{len(findings)} finding(s)")
+            print("grants exact" if not findings else f"{len(findings)} finding{'s' * (len(findings) != 1)}")
             return 1 if findings else 0
     except DurableError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -112,8 +112,8 @@ def _verify(session: Session, table: str, schema: str, directory: Path) -> None:
     now = _serialized(session, schema, table)
     if now != rows:
         count = now.count(b"\n")
-        raise HistoryRefused(f"{table} no longer matches its transcript ({count} rows now, {summary['rows']} "
-                             f"transcribed); {again}")
+        raise HistoryRefused(f"{table} no longer matches its transcript ({count} row{'s' * (count != 1)} now, "
+                             f"{summary['rows']} transcribed); {again}")
 
 
 def detach(session: Session, month: str, directory: Path) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import ReportError
+from . import ReportError, counted
 from .matrix import BAD, not_compared
 from .report import Loaded, build, clock_skew, fallbacks
 
@@ -139,7 +139,7 @@ def merge(loaded: list[Loaded], out: Path | None = None) -> dict:
            if spans else None,
            "seed": first.get("run", {}).get("seed"),
            "selection": dict(first.get("run", {}).get("selection") or {}, shard=None) if shards else
-           {"merged": f"merged from {len(loaded)} reports that are not the shards of one run"},
+           {"merged": f"merged from {counted(len(loaded), 'report')} that are not the shards of one run"},
            "skipped": _union(item.report.get("run", {}).get("skipped") or [] for item in loaded),
            "problems": _union(item.report.get("run", {}).get("problems") or [] for item in loaded),
            "merged_from": [{"directory": str(item.directory),
@@ -173,7 +173,7 @@ def _shards(loaded: list[Loaded]) -> int:
         seen[index] = directory
     missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
     if missing:
-        raise ReportError(f"shard {', '.join(missing)} missing: merge all {count} shards of the run")
+        raise ReportError(f"shard {', '.join(missing)} missing: merge all {counted(count, 'shard')} of the run")
     return count
 
 

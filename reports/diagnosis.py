@@ -15,7 +15,7 @@ from typing import Callable
 
 from barriers.contract import CHANGES, CHANGES_PAGE
 
-from . import matrix
+from . import counted, matrix
 
 PROTOCOL = "barriers/PROTOCOL.md"
 NOTES = "docs/protocol-notes.md"
@@ -109,8 +109,9 @@ def _no_scoped_commit(case: dict) -> bool:
 def _no_scoped_commit_cause(case: dict) -> str:
     facts = _facts(case)
     claimed = facts.get("claims_reported") or 0
-    return (f"no scoped transaction of the implementation ever committed: {claimed} schedules it claimed and "
-            f"{(facts.get('scoped_asked') or 0) - claimed} client commands asked of it led to no committed decision, "
+    asked = (facts.get("scoped_asked") or 0) - claimed
+    return (f"no scoped transaction of the implementation ever committed: {counted(claimed, 'schedule')} it claimed "
+            f"and {counted(asked, 'client command')} asked of it led to no committed decision, "
             "bridge or command. The scope is not honoured or the role not proven. The "
             "store honours a scope only when the transaction sets it with `select "
             "appsurface_durable.set_local_scope(scope_id)`; a transaction-local `set_config("
@@ -127,7 +128,7 @@ def _ignored_cancels(case: dict) -> list[dict]:
 def _barrier_reply_ignored_cause(case: dict) -> str:
     cancel = _ignored_cancels(case)[0]
     return (f"the host answered `{cancel.get('barrier')}` with the barrier-reply action `cancel-pass` and the pass "
-            f"still committed {cancel.get('claims_after')} more claim(s) before it answered: the reply's `action` "
+            f"still committed {counted(cancel.get('claims_after') or 0, 'more claim')} before it answered: the reply's `action` "
             "was taken for `continue`. `cancel-pass` is mandatory: finish the lease in hand (its bridge too) and "
             "start no other lease in that pass")
 

@@ -8,8 +8,8 @@ import re
 from html import escape
 from importlib import resources
 
-from . import diagnosis, matrix, timeline
-from .report import Loaded, clock_skew, outcome, which_code
+from . import counted, diagnosis, matrix, timeline
+from .report import Loaded, clock_skew, outcome, standing, which_code
 from .text import evidence_columns
 
 # Nothing may leave the page: no fetch, no image, no font, no frame (the page opens from disk, offline).
@@ -27,6 +27,9 @@ FAULT_MODEL = {
 FAULT_SHORT = {"kill": "kill", "disconnect": "disc", "lost-commit-reply": "lost", "db-crash": "crash", "pause": "pause",
                "stall": "stall"}
 STATIC_EVIDENCE_ROWS = 20
+# The verdict's box: green for a certification, its own blue for a selection whose cases all passed (no failure,
+# and no certification either), red for a run that did not pass.
+VERDICT_CLASS = {"certified": "ok", "selection-passed": "selection", "not-certified": "bad"}
 
 
 def _asset(name: str) -> str:
@@ -48,7 +51,8 @@ def fault_model(report: dict) -> str:
             f"implementation's transaction), lets the implementation recover, runs it until nothing is due, and "
             f"judges the durable tables: every check names the sentence of the spec it guards, and a failed check "
             f"shows the rows that break it. Each scenario also runs once without a fault, as the baseline its "
-            f"faulted cases are compared with. This run: {len(scenarios)} scenarios, {len(barriers)} barriers, "
+            f"faulted cases are compared with. This run: {counted(len(scenarios), 'scenario')}, "
+            f"{counted(len(barriers), 'barrier')}, "
             f"faults: {described}.")
 
 
@@ -57,7 +61,7 @@ def _facts(rows: list[tuple[str, str]]) -> str:
 
 
 def _header(report: dict) -> str:
-    ok, sentence = outcome(report)
+    _, sentence = outcome(report)
     impl, run, env = report.get("implementation", {}), report.get("run", {}), report.get("environment", {})
     facts = [("implementation", f"<b>{escape(str(impl.get('identity') or '?'))}</b>")]
     # Which code ran, whole digests: the command, its working directory, executable, module origin, environment.
@@ -76,11 +80,11 @@ def _header(report: dict) -> str:
     environment = [(str(k), escape(_show(v))) for k, v in env.items()]
     problems = "".join(f"<li>{escape(str(p))}</li>" for p in run.get("problems") or [])
     s = report.get("summary", {})
-    counts = (f"{s.get('cases', 0)} cases: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
+    counts = (f"{counted(s.get('cases', 0), 'case')}: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
               f"{s.get('error', 0)} error, {s.get('not_run', 0)} not run")
     uncompared = matrix.uncompared_sentence(report.get("cases", []))
     return (f"<h1>crashproof certification report</h1>"
-            f"<div class='verdict {'ok' if ok else 'bad'}' id=verdict>{escape(sentence)}</div>"
+            f"<div class='verdict {VERDICT_CLASS[standing(report)]}' id=verdict>{escape(sentence)}</div>"
             f"<p>{escape(counts)}</p>"
             + _diagnosis(report)
             + (f"<p class=not-compared id=not-compared>{escape(uncompared)}</p>" if uncompared else "")
@@ -176,7 +180,8 @@ def _failures(report: dict) -> str:
             if check.get("ok", True):
                 continue
             evidence = check.get("evidence") or []
-            more = (f"<p class=muted>{len(evidence) - STATIC_EVIDENCE_ROWS} more rows in the case's detail</p>"
+            more = (f"<p class=muted>{counted(len(evidence) - STATIC_EVIDENCE_ROWS, 'more row')} in the case's "
+                    "detail</p>"
                     if len(evidence) > STATIC_EVIDENCE_ROWS else "")
             changed = (f"<p class='muted changed'>{escape(str(check['changed']))}</p>" if check.get("changed")
                        else "")
@@ -259,7 +264,7 @@ class Html:
     def render(self, loaded: Loaded) -> str:
         report = loaded.report
         m = matrix.build(report["cases"])
-        ok, sentence = outcome(report)
+        _, sentence = outcome(report)
         return (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
                 f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
                 f"<meta name=viewport content='width=device-width, initial-scale=1'>"

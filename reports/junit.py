@@ -6,7 +6,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from . import timeline
+from . import counted, timeline
 from .matrix import not_compared
 from .report import Loaded
 
@@ -38,7 +38,7 @@ def _failure_text(case: dict) -> str:
         evidence = check.get("evidence") or []
         parts += [f"  {json.dumps(row, default=str)}" for row in evidence[:MAX_EVIDENCE_ROWS]]
         if len(evidence) > MAX_EVIDENCE_ROWS:
-            parts.append(f"  … {len(evidence) - MAX_EVIDENCE_ROWS} more rows in report.json")
+            parts.append(f"  … {counted(len(evidence) - MAX_EVIDENCE_ROWS, 'more row')} in report.json")
     return "\n".join(parts) or str(case.get("reason", ""))
 
 

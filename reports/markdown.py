@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from . import diagnosis, matrix
-from .report import Loaded, clock_skew, outcome, which_code
+from . import counted, diagnosis, matrix
+from .report import Loaded, clock_skew, outcome, standing, which_code
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
+# The verdict's mark: a certification, a selection whose cases all passed (no failure, not a certification), a run
+# that did not pass.
+MARK = {"certified": "✅", "selection-passed": "☑️", "not-certified": "❌"}
 
 
 def _cell(text: object) -> str:
@@ -44,12 +47,12 @@ class Markdown:
     def render(self, loaded: Loaded, html_name: str = "report.html") -> str:
         report = loaded.report
         cases = report["cases"]
-        ok, sentence = outcome(report)
+        _, sentence = outcome(report)
         impl = report.get("implementation", {})
         run = report.get("run", {})
-        lines = [f"## crashproof: {'✅' if ok else '❌'} {sentence}", "",
+        lines = [f"## crashproof: {MARK[standing(report)]} {sentence}", "",
                  f"`{_cell(impl.get('identity') or '?')}` (`{_cell(impl.get('command', '?'))}`), suite "
-                 f"`{report.get('suite_version', '?')}`, {len(cases)} cases in {run.get('duration_s', '?')} s, "
+                 f"`{report.get('suite_version', '?')}`, {counted(len(cases), 'case')} in {run.get('duration_s', '?')} s, "
                  f"started {run.get('started_at', '?')}", ""]
         if impl.get("code"):  # which code ran: the command alone cannot tell
             lines += ["Implementation: " + "; ".join(f"{label} `{_cell(text)}`" for label, text in which_code(impl)),

@@ -9,7 +9,7 @@ from typing import Any
 
 from barriers.contract import VERSION as CONTRACT_VERSION
 
-from . import ReportError
+from . import ReportError, counted
 
 SCHEMA_VERSION = 1
 VERDICTS = ("pass", "fail", "error", "not-run")
@@ -37,7 +37,7 @@ def fallback_note(fallback_cases: dict[str, list[str]], fallback_barriers: list[
     if not fallback_cases:
         return ""
     note = ("steps the implementation does not offer ran through the reference client or Work store over the "
-            "normative schema: " + ", ".join(f"{op} (in {len(ids)} cases)" for op, ids in fallback_cases.items()))
+            "normative schema: " + ", ".join(f"{op} (in {counted(len(ids), 'case')})" for op, ids in fallback_cases.items()))
     if fallback_barriers:
         note += ("; their barriers (" + ", ".join(fallback_barriers) + ") are the fallback's, so they were neither "
                  "required of the implementation nor planned as its cases")
@@ -68,14 +68,14 @@ def clock_skew(cases: list[dict]) -> dict:
         offsets.update(r.get("offset") for r in records)
         verdicts[max((r.get("in_effect", "unverified") for r in records), key=SKEW_VERDICTS.index)].append(
             str(case["id"]))
-    counted = sum(map(len, verdicts.values()))
+    skewed = sum(map(len, verdicts.values()))
     note = ""
-    if counted:
-        note = (f"the implementation's OS clock was skewed ({', '.join(sorted(offsets))}) in {counted} cases: "
+    if skewed:
+        note = (f"the implementation's OS clock was skewed ({', '.join(sorted(offsets))}) in {counted(skewed, 'case')}: "
                 f"the skew was in effect in {len(verdicts['in-effect'])} (its hello reported the skewed clock), "
                 f"unverified in {len(verdicts['unverified'])}, not in effect in {len(verdicts['not-in-effect'])}; "
                 "a case whose skew was not in effect ran with the OS clock as it was")
-    return {"cases": counted, "offsets": sorted(offsets), "in_effect": len(verdicts["in-effect"]),
+    return {"cases": skewed, "offsets": sorted(offsets), "in_effect": len(verdicts["in-effect"]),
             "unverified_cases": sorted(verdicts["unverified"]), "not_in_effect_cases": sorted(verdicts["not-in-effect"]),
             "note": note}
 
@@ -215,24 +215,47 @@ def contract_clause(report: dict) -> str:
 
 def _outcome(report: dict) -> tuple[bool, str]:
     s = report.get("summary") or summary(report.get("cases", []))
+    why = _why_not(report)
+    if why:
+        return False, f"NOT CERTIFIED: {s.get('passed', 0)} of {counted(s.get('cases', 0), 'case')} passed; " + \
+            ", ".join(why)
+    narrowed = narrowing(report.get("run", {}).get("selection"))
+    if narrowed:
+        return False, (f"PASSED (a selection: {'; '.join(narrowed)}): {_all_passed(s['cases'])}; "
+                       "not a certification")
+    return True, f"CERTIFIED: {_all_passed(s['cases'])}"
+
+
+def _all_passed(cases: int) -> str:
+    return "its 1 case passed" if cases == 1 else f"all {counted(cases, 'case')} passed"
+
+
+def _why_not(report: dict) -> list[str]:
+    """What keeps a run from passing at all: failed, error and not-run cases, run problems, an early stop, no case."""
+    s = report.get("summary") or summary(report.get("cases", []))
     problems = report.get("run", {}).get("problems") or []
     why = [f"{s.get(k, 0)} {label}" for k, label in (("failed", "failed"), ("error", "error"),
                                                        ("not_run", "not run")) if s.get(k)]
     if problems:
-        why.append(f"{len(problems)} run problem{'s' * (len(problems) != 1)}")
+        why.append(counted(len(problems), "run problem"))
     if report.get("interrupted") or report.get("partial"):
         stopped = report.get("run", {}).get("stopped_by")
         why.append("the run stopped early" + (f" ({stopped})" if stopped else "") + ": a partial report")
     empty_slice = report.get("run", {}).get("empty_slice")
     if not s.get("cases") and not empty_slice:
         why.append("no case ran")
-    if why:
-        return False, f"NOT CERTIFIED: {s.get('passed', 0)} of {s.get('cases', 0)} cases passed; " + ", ".join(why)
-    narrowed = narrowing(report.get("run", {}).get("selection"))
-    if narrowed:
-        return False, (f"PASSED (a selection: {'; '.join(narrowed)}): all {s['cases']} cases passed; "
-                       "not a certification")
-    return True, f"CERTIFIED: all {s['cases']} cases passed"
+    return why
+
+
+STANDINGS = ("certified", "selection-passed", "not-certified")
+
+
+def standing(report: dict) -> str:
+    """How every rendering shows the verdict: `certified` (the whole matrix passed), `selection-passed` (every
+    case of a selection passed: no failure, and no certification either), `not-certified` (something failed)."""
+    if _why_not(report):
+        return "not-certified"
+    return "selection-passed" if narrowing(report.get("run", {}).get("selection")) else "certified"
 
 
 def narrowing(selection: dict | None) -> list[str]:
@@ -243,11 +266,13 @@ def narrowing(selection: dict | None) -> list[str]:
     found = [f"--{key} {','.join(map(str, selection[key]))}" for key in ("scenario", "barrier", "fault")
              if selection.get(key)]
     if selection.get("cases"):
-        found.append(f"{len(selection['cases'])} named case{'s' * (len(selection['cases']) != 1)}")
+        found.append(counted(len(selection["cases"]), "named case"))
     if selection.get("shard"):
         found.append(f"shard {selection['shard']}")
     if selection.get("merged"):
         found.append(str(selection["merged"]))
+    if selection.get("explore"):
+        found.append(f"explore's generated programs, profile {selection['explore']}")
     return found
 
 

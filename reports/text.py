@@ -51,12 +51,14 @@ def case_text(case: dict) -> str:
              f"duration {case.get('duration_s')} s"]
     for label, path in (case.get("logs") or {}).items():
         lines.append(f"log {label}: {path}")
-    lines += ["", "timeline (case time, server-clock shift, lane, event):", timeline.text(case.get("timeline") or []),
+    lines += ["", "timeline (case time, server-clock shift, lane, event):",
+              timeline.text(case.get("timeline") or []) or "  none recorded in this report for this case",
               "", "checks:"]
     for check in sorted(case.get("checks", []), key=lambda c: (bool(c.get("ok", True)), not c.get("skipped"))):
         mark = ("n/c " if check.get("skipped") else "diff" if check.get("differs") else
                 "ok  " if check.get("ok", True) else "FAIL")
-        lines.append(f"  {mark} {check.get('name')} ({check.get('rows', '?')} rows): {check.get('rule', '')}")
+        rows = check.get("rows", "?")
+        lines.append(f"  {mark} {check.get('name')} ({rows} row{'' if rows == 1 else 's'}): {check.get('rule', '')}")
         for note in ("skipped", "differs", "changed"):
             if check.get(note):
                 lines.append(f"         {check[note]}")

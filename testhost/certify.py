@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from barriers import CATALOG, required_of
-from reports import diagnosis, report as reports
+from reports import counted, diagnosis, report as reports
 from reports.render import remove_outputs, render as render_all
 from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
@@ -53,6 +53,12 @@ def schema_version_plans(scenario_filter, cases: list[str] = ()) -> list[CasePla
     """The schema-version stage's plan when the --scenario filter selects it (and, with --case, one names it)."""
     named = not cases or any(case_id.strip() == SCHEMA_VERSION_ID for case_id in cases)
     return [CasePlan(SCHEMA_VERSION_ID)] if named and matches(SCHEMA_VERSION_ID, scenario_filter) else []
+
+
+def _stage_plans(options: "Options") -> list[CasePlan]:
+    """The schema-version stage's plan when this run selects it (a team's own catalog alone is its cases, no stage)."""
+    builtin = not options.catalog or options.with_builtin
+    return schema_version_plans(options.scenario, options.cases) if builtin else []
 
 
 def schema_stage_plans(scenario_filter) -> list[CasePlan]:
@@ -104,8 +110,9 @@ def _worker_run(plan: CasePlan, command: str, log_dir: str, baseline: dict | Non
                 migrations: str | None = None, clock_offset_s: int | None = None,
                 instance_commands: bool = True, impl_cwd: str | None = None) -> dict:
     if plan.scenario == SCHEMA_VERSION_ID:
-        from .schema_version import run_schema_version
-        return {"case": run_schema_version(_world, command, Path(log_dir)), "baseline": None, "implementation": ""}
+        from .schema_version import run_with_hello
+        case, hello = run_with_hello(_world, command, Path(log_dir))
+        return {"case": case, "baseline": None, "implementation": hello.get("implementation", "")}
     if plan.scenario == SCHEMA_STAGE_ID:
         return {"case": _worker_schema_stage(migrations), "baseline": None, "implementation": ""}
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
@@ -193,7 +200,7 @@ class Progress:
         left = elapsed / self.done * (self.total - self.done)
         width = 30
         bar = "=" * int(width * self.done / max(self.total, 1))
-        line = (f"{self.label} [{bar:<{width}}] {self.done}/{self.total} cases, {self.failed} failed, "
+        line = (f"{self.label} [{bar:<{width}}] {self.done}/{counted(self.total, 'case')}, {self.failed} failed, "
                 f"~{int(left)}s left")
         tenth = int(10 * self.done / max(self.total, 1))
         if self.tty:
@@ -469,6 +476,10 @@ def _validate(options: Options) -> tuple[list[Scenario], list[CasePlan]]:
             raise ValueError(f"--case {plan.id}: no barrier named {plan.barrier!r}; see `crashproof barriers`")
         if plan.fault is not None and plan.fault not in FAULTS:
             raise ValueError(f"--case {plan.id}: no fault named {plan.fault!r}; choose from {', '.join(FAULTS)}")
+    if options.repeat > 1 and options.cases and all(plan.fault is None for plan in wanted):
+        raise ValueError(f"--repeat {options.repeat} repeats faulted cases, and every --case here is a fault-free run "
+                         "(which runs once, as the baseline of its faulted cases); name a faulted case "
+                         "(SCENARIO/BARRIER/FAULT/HIT) or drop --repeat")
     if options.cases:
         named = {plan.scenario for plan in wanted}
         scenarios = [s for s in scenarios if s.name in named]
@@ -541,8 +552,7 @@ def _census(options: Options, scenarios: list[Scenario], pool: Pool, log_dir: Pa
             signals: StopSignals = _NO_SIGNALS, stage: bool = True):
     """The fault-free run of every scenario: its verdict, the barriers it reaches, its baseline (and the
     schema-version stage when selected and `stage`)."""
-    builtin = not options.catalog or options.with_builtin  # a team's own catalog alone is its cases, no stage
-    extra = schema_version_plans(options.scenario, options.cases) if stage and builtin else []
+    extra = _stage_plans(options) if stage else []
     progress = Progress(len(scenarios) + len(extra), options.progress, "fault-free")
     results = run_cases(pool, [(CasePlan(s.name), None) for s in scenarios] + [(p, None) for p in extra],
                         options.command,
@@ -660,8 +670,10 @@ def _build_stage(options: Options, pool: Pool, log_dir: Path) -> dict | None:
     return {"seconds": result["seconds"], "log": os.path.relpath(result["log"], log_dir.parent)}
 
 
-def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict) -> tuple[list[CasePlan], list[dict]]:
-    """With --case: the planned faulted cases named, and a not-run case for each named one not in the matrix."""
+def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict,
+               repeat: int = 1) -> tuple[list[CasePlan], list[dict]]:
+    """With --case: the planned faulted cases named (one named without `#N` runs --repeat times: `ID`, `ID#2`, ...),
+    and a not-run case for each named one not in the matrix."""
     if not wanted:
         return plans, []
     by_id = {plan.id: plan for plan in plans}
@@ -670,15 +682,15 @@ def _requested(plans: list[CasePlan], wanted: list[CasePlan], census_hits: dict)
         if plan.fault is None:
             continue  # a fault-free case: the census runs it
         base = dataclasses.replace(plan, repeat=1).id  # a --repeat N report's `…/1#3` is `…/1` run a third time
-        if plan.id in by_id:
-            chosen.append(by_id[plan.id])
-        elif base in by_id:
-            chosen.append(dataclasses.replace(by_id[base], repeat=plan.repeat))
-        else:
+        if base not in by_id:
             reached = census_hits.get(plan.scenario, {}).get(plan.barrier, 0)
             missing.append(_not_run_case(plan, f"not in this run's matrix: the fault-free run reaches {plan.barrier} "
-                                               f"{reached} time(s), and the filters and --repeat apply"))
-    return chosen, missing
+                                               f"{counted(reached, 'time')}, and the filters and --repeat apply"))
+            continue
+        runs = [plan.repeat] if plan.repeat > 1 else range(1, repeat + 1)
+        chosen += [dataclasses.replace(by_id[base], repeat=r) for r in runs]
+    unique = {plan.id: plan for plan in chosen}  # `ID` with --repeat 3 and `ID#3` (--rerun-failed) run #3 once
+    return list(unique.values()), missing
 
 
 def exit_code(cases: list[dict], run_problems: list[str], empty_slice: bool = False) -> int:
@@ -752,8 +764,11 @@ def certify(options: Options) -> tuple[int, dict]:
                     _require_reference_barriers(result["case"], reference_hits.get(result["plan"].scenario, {}))
                     if options.fail_fast and result["case"]["verdict"] == "fail":
                         raise RunStopped(why=f"--fail-fast: {result['plan'].id} ended fail")
-            plans, extra_cases = _requested(plans, wanted, census_hits)
-            planned = shard.plan_digest([s.name for s in scenarios] + [p.id for p in plans] +
+            plans, extra_cases = _requested(plans, wanted, census_hits, options.repeat)
+            # Every case the whole run reports: the stages' (the schema stage with --migrations, schema-version),
+            # the fault-free runs, the faulted cases and the requested ids not in the matrix.
+            planned = shard.plan_digest([c["id"] for c in stage] + [p.id for p in _stage_plans(options)] +
+                                        [s.name for s in scenarios] + [p.id for p in plans] +
                                         [c["id"] for c in extra_cases])
             plans = shard.select(plans, census_hits, options.shard)
             empty_slice = options.shard is not None and not plans
@@ -846,22 +861,22 @@ def certify(options: Options) -> tuple[int, dict]:
     summary = report["summary"]
     done = summary["cases"] - len(not_run)
     if stopped is not None and stopped.signum is not None:
-        print(f"interrupted after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
+        print(f"interrupted after {done} of {counted(summary['cases'], 'case')}; partial report: {path}", flush=True)
     elif stopped is not None and stopped.harness:
         print(f"crashproof: error: {stopped.why}", file=sys.stderr, flush=True)
-        print(f"stopped after {done} of {summary['cases']} cases; partial report: {path}", flush=True)
+        print(f"stopped after {done} of {counted(summary['cases'], 'case')}; partial report: {path}", flush=True)
     elif stopped is not None:
         print(f"stopped at the first failed case ({stopped.why.removeprefix('--fail-fast: ')}) after {done} of "
-              f"{summary['cases']} cases; partial report: {path}", flush=True)
-    print(f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed, {summary['error']} error, "
-          f"{summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
-    print(reports.outcome(report)[1])
+              f"{counted(summary['cases'], 'case')}; partial report: {path}", flush=True)
+    print(f"{counted(summary['cases'], 'case')}: {summary['passed']} passed, {summary['failed']} failed, "
+          f"{summary['error']} error, {summary['not_run']} not-run in {report['run']['duration_s']:.0f}s; report: {path}")
+    print(reports.outcome(report)[1])  # certified, a selection whose cases all passed, or not certified
     print("\n".join(reports.which_code_text(report["implementation"])))
     for problem in run_problems:
         print(f"run problem: {problem}")
     skew = report["implementation"]["clock_skew"]
     if skew["not_in_effect_cases"]:
-        print(f"clock skew not in effect in {len(skew['not_in_effect_cases'])} of {skew['cases']} skewed cases (the "
+        print(f"clock skew not in effect in {len(skew['not_in_effect_cases'])} of {counted(skew['cases'], 'skewed case')} (the "
               f"implementation's clock ignored libfaketime; the certificate says so), e.g. "
               f"{skew['not_in_effect_cases'][0]}")
     for case in cases:

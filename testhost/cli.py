@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from reports import counted
 from scenarios.model import ScenarioError
 
 from .errors import TestHostError
@@ -136,7 +137,7 @@ def cmd_coverage(args) -> int:
     from . import coverage
     wrong = coverage.problems()
     if wrong:
-        raise TestHostError(f"docs/certification.md is not true ({len(wrong)} problems; tests/test_certification.py "
+        raise TestHostError(f"docs/certification.md is not true ({counted(len(wrong), 'problem')}; tests/test_certification.py "
                             f"names them), first: {wrong[0]}")
     found = coverage.summary()
     print(coverage.headline(found))
@@ -175,11 +176,11 @@ def cmd_scenarios(args) -> int:
         warnings = [w for s in scenarios for w in lint(s)]
         for warning in warnings:
             print(f"warning: {warning.line()}")
-        print(f"{len(warnings)} warning{'s' * (len(warnings) != 1)} in {len(scenarios)} scenarios")
+        print(f"{counted(len(warnings), 'warning')} in {counted(len(scenarios), 'scenario')}")
         return 1 if warnings and args.strict else 0
     if not args.matrix:
         for s in scenarios:
-            print(f"{s.name:32} {len(s.steps):3} steps  {', '.join(s.covers)}")
+            print(f"{s.name:32} {len(s.steps):3} step{'s' * (len(s.steps) != 1)}  {', '.join(s.covers)}")
             print(f"{'':32} {s.description}")
             for label, instance in s.instances.items():
                 print(f"{'':32} instance {label}: {instance.to_json()}")
@@ -195,10 +196,10 @@ def cmd_scenarios(args) -> int:
         raise TestHostError(str(exc)) from None
     for case in failed:
         print(f"fault-free {case['id']}: {case['verdict']}: {case['reason']}")
-    print(f"{len(plans)} cases planned")
+    print(f"{counted(len(plans), 'case')} planned")
     for plan in plans:
         print(f"  case {plan.id}")
-    print(f"{len(skipped)} combinations skipped")
+    print(f"{counted(len(skipped), 'combination')} skipped")
     for skip in skipped:
         print(f"  skip {skip.scenario}/{skip.barrier}/{skip.fault}: {skip.reason}")
     return 1 if failed else 0
@@ -289,7 +290,7 @@ def cmd_report(args) -> int:
             out = report.write(merged, Path(args.out))
             render.render(out.parent)
             s = merged["summary"]
-            print(f"merged {len(args.dirs)} reports: {s['cases']} cases, {s['passed']} passed, {s['failed']} failed, "
+            print(f"merged {counted(len(args.dirs), 'report')}: {counted(s['cases'], 'case')}, {s['passed']} passed, {s['failed']} failed, "
                   f"{s['error']} error, {s['not_run']} not run; report: {out}")
             for line in diagnosis.text(merged):  # the merged run's, as certify ends a run
                 print(line)

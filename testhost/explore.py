@@ -22,11 +22,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from reports import report as reports
+from reports import counted, report as reports
+from reports.render import remove_outputs, render
 
 from . import certify, provenance
 from .errors import TestHostError
 from .explore_search import PROFILES, Profile, Search, Stats
+from .hostile import TARGETS, targets_text
 from .runner import REFERENCE_COMMAND
 
 from scenarios.generate import scenario_toml
@@ -50,6 +52,10 @@ class Options:
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
+# What explore renders beside report.json: no certificate (explore certifies nothing; certify does).
+RENDERINGS = ["html", "md", "junit"]
+
+
 def _job(job: dict, updates) -> dict:
     """One search in this worker's world (certify's worker initializer made it)."""
     profile = PROFILES[job["profile"]]
@@ -61,11 +67,13 @@ def _job(job: dict, updates) -> dict:
                     report=lambda stats: updates.put((job["index"], stats.to_json())),
                     migrations=Path(job["migrations"]) if job["migrations"] else None, deadline=deadline)
     search.stats.hostile, search.stats.hostile_failures = hostile["inputs"], hostile["failures"]
+    search.stats.hostile_to = dict(hostile["to"])
     if hostile["failure"] is None:
         search.run(job["seed"], job["max_examples"], edges=job["index"] == 0)
-    cases = [case if case["verdict"] != "pass" else {**case, "timeline": []} for case in search.cases]
-    return {"stats": search.stats.to_json(), "failure": search.failure, "blob": search.blob, "cases": cases,
-            "seed": job["seed"], "index": job["index"], "hostile": hostile}
+    # Every case keeps its timeline, passing ones too: `crashproof report show` and report.html draw it.
+    return {"stats": search.stats.to_json(), "failure": search.failure, "blob": search.blob, "cases": search.cases,
+            "seed": job["seed"], "index": job["index"], "hostile": hostile,
+            "identity": search.identity or hostile["identity"]}
 
 
 def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates) -> dict:
@@ -77,28 +85,31 @@ def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates
                            profile.hostile_shrink_s, share=(job["index"], job["jobs"]) if job["sweep"] else None)
 
     def report(hostile) -> None:
-        stats.hostile, stats.hostile_failures = hostile.inputs, hostile.failures
+        stats.hostile, stats.hostile_failures, stats.hostile_to = hostile.inputs, hostile.failures, dict(hostile.to)
         updates.put((job["index"], stats.to_json()))
 
     search.report = report
     if job["hostile"] > 0 or job["sweep"]:
         search.run(job["seed"], job["hostile"])
-    return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "failures": search.stats.failures,
+    stores, identity = _hostile_stores(job)
+    return {"inputs": search.stats.inputs, "by_op": search.stats.by_op, "to": search.stats.to,
+            "failures": search.stats.failures, "identity": search.run_.identity or identity,
             "shrinks": search.stats.shrinks, "seconds": search.stats.seconds, "failure": search.failure,
             "check": search.result().to_json() if job["hostile"] > 0 or job["sweep"] else None,
-            "stores": _hostile_stores(job)}
+            "stores": stores}
 
 
-def _hostile_stores(job: dict) -> list[dict]:
+def _hostile_stores(job: dict) -> tuple[list[dict], str]:
     """The hostile stores, once per run (the first job, with the sweep): every schedule operation the implementation
     declares, against a store migrated only to 0003, as certify's schema-version stage sends them; and, when the
     implementation ships its own migrations, certify's schema stage on them (its claim and scope probes among its
-    rules)."""
+    rules). With them, the implementation's identity as the schema-version stage's hello said."""
     if job["index"] != 0 or not job["sweep"]:
-        return []
-    from .schema_version import run_schema_version
+        return [], ""
+    from .schema_version import run_with_hello
 
-    stores = [run_schema_version(certify._world, job["command"], Path(job["log_dir"]))]
+    stage, hello = run_with_hello(certify._world, job["command"], Path(job["log_dir"]))
+    stores = [stage]
     if job["migrations"]:
         from .schema_stage import run_schema_stage
         from .store import MigrationFailed
@@ -106,7 +117,7 @@ def _hostile_stores(job: dict) -> list[dict]:
             stores.append(run_schema_stage(certify._world, Path(job["migrations"])))
         except MigrationFailed:
             pass  # every program's store fails the same way, and says so
-    return stores
+    return stores, hello.get("implementation", "")
 
 
 def replay_line(code: dict, *words: str) -> str:
@@ -152,21 +163,34 @@ def total(stats: list[dict]) -> dict:
     summed = Stats().to_json()
     for one in stats:
         for key, value in one.items():
-            if key == "fired":
-                for fault, count in value.items():
-                    summed["fired"][fault] = summed["fired"].get(fault, 0) + count
+            if isinstance(value, dict) and isinstance(summed.get(key), dict):  # per fault fired, per hostile target
+                for name, count in value.items():
+                    summed[key][name] = summed[key].get(name, 0) + count
             elif isinstance(value, int) and key in summed and key not in ("steps_to_failure", "examples_to_failure"):
                 summed[key] += value
     return summed
 
 
+def programs_text(stats: dict) -> str:
+    """`446 programs drawn (400 judged, 46 set aside)`: the judged ones are what --max-examples and a profile's
+    budget count; a program set aside asked for a moment its own timeline does not have (docs/explore.md)."""
+    judged = stats.get("judged", stats["examples"])
+    return f"{counted(stats['examples'], 'program')} drawn ({judged} judged, {stats['examples'] - judged} set aside)"
+
+
+def hostile_text(stats: dict) -> str:
+    """`999 hostile calls (to the implementation 0, the harness's fallback client 849, the claim function 150;
+    0 not refused)`."""
+    return (f"{counted(stats['hostile'], 'hostile call')} ({targets_text(stats.get('hostile_to') or {})}; "
+            f"{stats.get('hostile_failures', 0)} not refused)")
+
+
 def progress_line(stats: dict, elapsed: float) -> str:
     fired = ", ".join(f"{fault} {n}" for fault, n in sorted(stats["fired"].items())) or "none"
-    hostile = f", {stats['hostile']} hostile ({stats.get('hostile_failures', 0)} not refused)" \
-        if "hostile" in stats else ""
-    edges = f"{stats['edge_programs']} edge programs, " if stats.get("edge_programs") else ""
-    return (f"explore: {edges}{stats['examples']} examples, {stats['steps']} steps, {stats['faulted']} faulted "
-            f"(fired: {fired}), {stats['failures']} failures{hostile}, {int(elapsed)}s")
+    hostile = f", {hostile_text(stats)}" if "hostile" in stats else ""
+    edges = f"{counted(stats['edge_programs'], 'edge program')}, " if stats.get("edge_programs") else ""
+    return (f"explore: {edges}{programs_text(stats)}, {counted(stats['steps'], 'step')}, {stats['faulted']} faulted "
+            f"(fired: {fired}), {counted(stats['failures'], 'failure')}{hostile}, {int(elapsed)}s")
 
 
 def _budget(options: Options, profile: Profile) -> tuple[int, float | None]:
@@ -248,6 +272,7 @@ def explore(options: Options) -> tuple[int, dict]:
     seed = options.seed if options.seed is not None else (random.randrange(1 << 31) if profile.random_seed else 0)
     per_job, duration = _budget(options, profile)
     certify.preflight(certify.Options(command=options.command, report_dir=options.report_dir))
+    remove_outputs(options.report_dir)  # an earlier run's report (or a certify run's certificate) in this folder
     code = provenance.resolve(options.command)  # which code runs, once: the report and every find record it
     report_dir = options.report_dir.absolute()
     log_dir = report_dir / "logs"
@@ -278,8 +303,8 @@ def explore(options: Options) -> tuple[int, dict]:
 
     watcher = threading.Thread(target=watch, daemon=True, name="explore-progress")
     watcher.start()
-    options.progress(f"explore: profile {profile.name}, seed {seed}, {options.jobs} job(s), "
-                     + (f"{int(duration)}s" if duration else f"{per_job * options.jobs} examples"))
+    options.progress(f"explore: profile {profile.name}, seed {seed}, {counted(options.jobs, 'job')}, "
+                     + (f"{int(duration)}s" if duration else f"{counted(per_job * options.jobs, 'program')} to judge"))
     jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
              "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
              "migrations": str(options.migrations) if options.migrations else None,
@@ -352,6 +377,7 @@ def explore(options: Options) -> tuple[int, dict]:
                "seconds": max((r["hostile"]["seconds"] for r in results), default=0.0),
                "by_op": {op: sum(r["hostile"]["by_op"].get(op, 0) for r in results)
                          for op in sorted({op for r in results for op in r["hostile"]["by_op"]})},
+               "to": {target: sum(r["hostile"]["to"].get(target, 0) for r in results) for target in TARGETS},
                "stores": [{"case": case["id"], "verdict": case["verdict"]} for case in stores],
                "found": hostile_found}
     cases = [case for r in results for case in r["cases"]] + stores
@@ -365,22 +391,30 @@ def explore(options: Options) -> tuple[int, dict]:
             unique.append(case)
     rate = {"examples_per_s": round(stats["examples"] / elapsed, 2), "steps_per_s": round(stats["steps"] / elapsed, 2),
             "faulted_per_s": round(stats["faulted"] / elapsed, 2)}
+    # The report's cases, as its summary counts them, from every case the searches ran: less those set aside (they
+    # judged nothing) and those two jobs both ran (one program drawn by both), plus the hostile stores' cases.
+    counts = {"cases_run": stats["cases"], "cases_set_aside": stats["cases_set_aside"],
+              "cases_run_twice": len(cases) - len(unique), "store_cases": len(stores),
+              "cases": len(unique)}
     run = {"started_at": started_at, "duration_s": round(elapsed, 2), "seed": seed,
            "selection": {"explore": profile.name, "cases": [], "catalog": ["generated"]},
-           "explore": {"profile": profile.name, "jobs": options.jobs, **stats, **rate, "found": found,
+           "explore": {"profile": profile.name, "jobs": options.jobs, **stats, **counts, **rate, "found": found,
                        "hostile": hostile},
            "skipped": [], "problems": [], "logs": os.path.relpath(log_dir, report_dir)}
+    identity = next((r["identity"] for r in results if r["identity"]), "")
     report = reports.build(suite_version=f"{certify.SUITE}+explore", implementation={
-        "command": options.command, "code": code,
+        "command": options.command, "identity": identity, "code": code,
         "migrations": str(options.migrations) if options.migrations else None,
         "operations": sorted({op for c in unique for op in c.get("operations", [])})},
         environment={"jobs": options.jobs, "cpus": os.cpu_count()}, run=run, cases=sorted(unique, key=lambda c: c["id"]))
     report["partial"] = False
     report["interrupted"] = False
     reports.write(report, report_dir)
+    render(report_dir, RENDERINGS)
     for item in found:
-        print(f"found {item['case']} after {item['steps_to_failure']} steps ({item['examples_to_failure']} examples), "
-              f"shrunk to {item['steps']} steps: {item['file']}")
+        print(f"found {item['case']} after {counted(item['steps_to_failure'], 'step')} "
+              f"({counted(item['examples_to_failure'], 'program')} drawn), shrunk to {counted(item['steps'], 'step')}: "
+              f"{item['file']}")
         for check in item["checks"]:
             print(f"  {check['name']} (rule: {check['rule']})")
         print(f"  replay: {item['replay']}")
@@ -390,9 +424,12 @@ def explore(options: Options) -> tuple[int, dict]:
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
               f"{item['file']}" + (f"\n  replay: {item['replay']}" if "replay" in item else ""))
     print("\n".join(reports.which_code_text(report["implementation"])))
-    print(f"explore: {stats['edge_programs']} edge programs, {stats['examples']} examples, {stats['steps']} steps, "
-          f"{stats['faulted']} faulted cases in "
-          f"{elapsed:.0f}s ({rate['examples_per_s']} examples/s, {rate['steps_per_s']} steps/s, "
-          f"{rate['faulted_per_s']} faulted/s); {hostile['inputs']} hostile calls in {hostile['seconds']:.0f}s; "
-          f"{len(found) + len(hostile_found)} failure(s); report: {report_dir / 'report.json'}")
+    print(f"explore: {counted(stats['edge_programs'], 'edge program')}, {programs_text(stats)}, "
+          f"{counted(stats['steps'], 'step')}, {stats['faulted']} faulted; {counted(len(unique), 'case')} reported "
+          f"({counts['cases_run']} run, {counts['cases_set_aside']} set aside, {counts['cases_run_twice']} run by two "
+          f"jobs, {counts['store_cases']} hostile store) in {elapsed:.0f}s ({rate['examples_per_s']} programs/s, "
+          f"{rate['steps_per_s']} steps/s, {rate['faulted_per_s']} faulted/s); "
+          f"{hostile_text({'hostile': hostile['inputs'], 'hostile_to': hostile['to'], 'hostile_failures': hostile['failures']})} "
+          f"in {hostile['seconds']:.0f}s; {counted(len(found) + len(hostile_found), 'failure')}; "
+          f"report: {report_dir / 'report.html'}")
     return (1 if found or hostile_found else 0), report

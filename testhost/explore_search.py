@@ -57,17 +57,20 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
 class Stats:
     """What a search did so far; summed over the jobs for the progress line and the report."""
 
-    examples: int = 0
+    examples: int = 0  # programs drawn (shrinking aside): the judged ones and the ones set aside
+    judged: int = 0  # drawn programs that were run and judged: what --max-examples and a profile's budget count
     steps: int = 0
-    cases: int = 0
+    cases: int = 0  # every case run, shrinking included (the report holds fewer: see cases_set_aside)
     faulted: int = 0
     fired: dict[str, int] = field(default_factory=dict)  # fault -> how many planned faults fired
     failures: int = 0
     shrinks: int = 0
     rejected: int = 0  # programs set aside: a step beside a barrier its pass never reached
+    cases_set_aside: int = 0  # cases run and then left out of the report: they judged nothing
     edge_programs: int = 0  # the edge sweep's programs: each edge motif's ways onto its edge, run first
     hostile: int = 0  # hostile calls sent (testhost/hostile.py)
     hostile_failures: int = 0
+    hostile_to: dict[str, int] = field(default_factory=dict)  # where they went: implementation, fallback, claim
     steps_to_failure: int | None = None  # steps run up to and including the first failing program
     examples_to_failure: int | None = None
 
@@ -123,6 +126,7 @@ class Search:
         self.blob: str | None = None
         self.diagnosis: frozenset = frozenset()  # what the first failure failed: its shrinks must fail it too
         self.rejected: set[str] = set()  # programs whose `during` step found no moment to run at
+        self.identity = ""  # the implementation's identity, as its hello said
         # Faulted cases run per (barrier, fault), so the draw can favour what the search has run least; each
         # program's order is fixed the first time it runs, so a replay of it draws the same cases.
         self.covered: dict[tuple[str, str], int] = {}
@@ -137,6 +141,7 @@ class Search:
             return None
         scenario = parse(name, text)
         outcome = run_case(self.world, scenario, plan, self.command, self.log_dir, baseline, self.migrations)
+        self.identity = self.identity or outcome.implementation
         found = {"case": outcome.to_json(), "baseline": outcome.baseline, "steps": len(scenario.steps)}
         self.cache[key] = found
         self._count(found, plan)
@@ -180,7 +185,8 @@ class Search:
         steps, header = data.draw(scenario_programs(self.profile.max_steps), label="program")
         name = program_name(steps, header)
         text = scenario_toml(steps, DESCRIPTION, header=header)
-        if self.shrink_until is None:
+        drawing = self.shrink_until is None  # a drawn program, not one of the shrinker's
+        if drawing:
             self.stats.examples += 1
         free = self.case(name, text, CasePlan(name), None)
         if free is None:
@@ -192,8 +198,10 @@ class Search:
             if name not in self.rejected:
                 self.rejected.add(name)
                 self.stats.rejected += 1
-                self.cases = [c for c in self.cases if c["scenario"] != name]  # judged nothing: not reported
+                self._set_aside(lambda c: c["scenario"] == name)  # judged nothing: not reported
             assume(False)
+        if drawing:
+            self.stats.judged += 1
         if free["case"]["verdict"] in ("fail", "error"):
             self._failed(steps, header, name, text, free, CasePlan(name))
         offered = set(free["case"]["operations"]) or None
@@ -213,10 +221,16 @@ class Search:
             plan = data.draw(st.sampled_from(pool), label="fault")
             faulted = self.case(name, text, plan, free["baseline"])
             if faulted is not None and _nothing_to_cancel(faulted["case"]):
-                self.cases = [c for c in self.cases if c["id"] != faulted["case"]["id"]]  # judged nothing
+                self._set_aside(lambda c: c["id"] == faulted["case"]["id"])  # judged nothing
                 continue
             if faulted is not None and faulted["case"]["verdict"] in ("fail", "error"):
                 self._failed(steps, header, name, text, faulted, plan)
+
+    def _set_aside(self, judged_nothing: Callable[[dict], bool]) -> None:
+        """Leave out of the report the cases that judged nothing, counting them (the report's counts add up)."""
+        kept = [c for c in self.cases if not judged_nothing(c)]
+        self.stats.cases_set_aside += len(self.cases) - len(kept)
+        self.cases = kept
 
     def _order(self, name: str, plans: list) -> list:
         """The program's cases, least run (barrier, fault) first; fixed once per program, so replays agree."""

@@ -143,10 +143,24 @@ def _short(value: Any, limit: int = 300) -> Any:
     return value
 
 
+# Where a hostile call goes: the implementation (an operation its hello declares), the harness's fallback (the
+# reference client, for a client operation it does not declare), or the claim function (called as the dispatcher,
+# never through the implementation).
+TARGETS = {"implementation": "the implementation", "fallback": "the harness's fallback client",
+           "claim": "the claim function"}
+
+
+def targets_text(to: dict[str, int]) -> str:
+    """`to the implementation 0, the harness's fallback client 849, the claim function 150`: every target named,
+    so a run whose calls all bypassed the implementation says so."""
+    return "to " + ", ".join(f"{label} {to.get(key, 0)}" for key, label in TARGETS.items())
+
+
 @dataclass
 class HostileStats:
     inputs: int = 0
     by_op: dict[str, int] = field(default_factory=dict)
+    to: dict[str, int] = field(default_factory=dict)  # calls per target (TARGETS)
     failures: int = 0
     shrinks: int = 0
     seconds: float = 0.0
@@ -160,6 +174,7 @@ class HostileRun:
         self.case = None
         self.tables: list[str] = []
         self.schedule_id = ""
+        self.identity = ""  # the implementation's, as its first hello said (kept after close)
 
     def start(self) -> None:
         from scenarios.model import T0, parse
@@ -179,6 +194,7 @@ class HostileRun:
         if self.world.proxy is not None:
             self.world.proxy.heal()
         case.impls["A"] = case.start_implementation("A")
+        self.identity = self.identity or (case.impls["A"].hello or {}).get("implementation", "")
         self.schedule_id = BASE_SCHEDULE
         response = case._client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
         if response.outcome != "ok":
@@ -186,6 +202,12 @@ class HostileRun:
             raise TestHostError(f"the hostile phase could not create its schedule: {response}")
         # Past its first instant, so a claim that wrongly grants a lease has a row to take (and shows it).
         case.advance(timedelta(seconds=120))
+
+    def target(self, hostile) -> str:
+        """Where this call goes (TARGETS)."""
+        if hostile.op == "claim":
+            return "claim"
+        return "implementation" if self.case.impls["A"].supports(hostile.op) else "fallback"
 
     @property
     def implementation(self) -> str:
@@ -276,6 +298,14 @@ class HostileSearch:
                         "implementation": self.run_.implementation}
         raise AssertionError("; ".join(wrong))
 
+    def _count(self, hostile) -> None:
+        """One hostile call sent: counted by operation and by where it goes (before it is sent: a crash restarts
+        the implementation, and the call went where the running one sent it)."""
+        self.stats.inputs += 1
+        self.stats.by_op[hostile.op] = self.stats.by_op.get(hostile.op, 0) + 1
+        target = self.run_.target(hostile)
+        self.stats.to[target] = self.stats.to.get(target, 0) + 1
+
     def _ready(self) -> None:
         if self.dirty or self.run_.case is None:
             self.run_.start()
@@ -289,9 +319,8 @@ class HostileSearch:
         index, jobs = self.share
         self._ready()
         for hostile in sweep(self.run_.schedule_id, self.run_.revision())[index::jobs]:
+            self._count(hostile)
             answer, rows_changed = self.run_.send(hostile)
-            self.stats.inputs += 1
-            self.stats.by_op[hostile.op] = self.stats.by_op.get(hostile.op, 0) + 1
             self.report(self.stats)
             try:
                 self.check(hostile, answer, rows_changed)
@@ -309,14 +338,13 @@ class HostileSearch:
         if self.shrink_until is not None and time.monotonic() > self.shrink_until:
             return  # the shrinking time is spent: the smallest failure so far stands
         self._ready()
+        if self.shrink_until is None:
+            self._count(hostile)
+        else:
+            self.stats.shrinks += 1
         answer, rows_changed = self.run_.send(hostile)
         if judge(hostile, answer, rows_changed):
             self.failed[key] = (answer, rows_changed)
-        if self.shrink_until is None:
-            self.stats.inputs += 1
-            self.stats.by_op[hostile.op] = self.stats.by_op.get(hostile.op, 0) + 1
-        else:
-            self.stats.shrinks += 1
         self.report(self.stats)
         self.check(hostile, answer, rows_changed)
 

@@ -215,7 +215,8 @@ class Implementation:
                                        f"{CONTRACT_VERSION}: name a major version from 1 to {CONTRACT_MAJOR}, or none")
         missing = set(MANDATORY) - set(hello.get("operations", []))
         if missing:
-            raise AdapterProtocolError(f"hello lacks the mandatory operation(s) {sorted(missing)}")
+            raise AdapterProtocolError(f"hello lacks the mandatory operation{'s' * (len(missing) != 1)} "
+                                       f"{', '.join(sorted(missing))}")
         self.hello = hello
         self.hello_utc = datetime.now(timezone.utc)
 

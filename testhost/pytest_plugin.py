@@ -1,16 +1,24 @@
 """The crash matrix as pytest items: `pytest --crashproof [--crashproof-impl CMD]`.
 
-Each case is an item with an id like `at-single[schedule-link-after-commit-kill-1]` (the fault-free run is
-`at-single[fault-free]`), so `-k`, `-x`, `--lf`, `--junitxml` and pytest-xdist (`-n`) work as usual. Each
-pytest process (each xdist worker) owns a world of its own, started at its first case. The matrix comes
-from the fault-free census, taken once per run (under xdist by the first worker, kept in CRASHPROOF_HOME for
-the others until the run ends), so every worker collects the same items. It runs cases; it writes no report
-and no certificate, and does not hold an implementation to the barriers the reference reaches (certify does).
+Each scenario is a collector `crashproof/SCENARIO` and each of its cases an item in it:
+`crashproof/at-single::schedule-link-after-commit[kill-1]`, the fault-free run `crashproof/at-single::fault-free`
+(in a JUnit file: classname `crashproof.at-single`, name `schedule-link-after-commit[kill-1]`), so `-k`, `-x`,
+`--lf`, `--junitxml` and pytest-xdist (`-n`) work as usual. Each pytest process (each xdist worker) owns a world
+of its own, started at its first case. The faulted cases come from the fault-free census, taken once per run
+(under xdist by the first worker, kept in CRASHPROOF_HOME for the others until the run ends), so every worker
+collects the same items; `--collect-only` lists the fault-free runs alone and says so, without starting a world.
+It runs cases; it writes no report and no certificate, and does not hold an implementation to the barriers the
+reference reaches (certify does).
+
+Nothing is written into the folder pytest runs in (typically the implementation's source tree): pytest's cache
+(`--lf`) goes under CRASHPROOF_HOME unless a configuration file sets `cache_dir`, and with no path on the command
+line the folder's own files are not collected (name paths to run tests of your own beside the matrix).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -45,9 +53,35 @@ def _clock_offset(config):
         raise pytest.UsageError(f"--crashproof-impl-clock-offset: {exc}") from None
 
 
+@pytest.hookimpl(tryfirst=True)  # before the cache provider's (also tryfirst, registered earlier) reads cache_dir
 def pytest_configure(config):
     if config.getoption("crashproof", False):
         _clock_offset(config)  # refused before the census starts a world
+        if config.pluginmanager.hasplugin("cacheprovider") and config.getini("cache_dir") == DEFAULT_CACHE_DIR:
+            # pytest has no public way to set an ini value from a plugin; the cache of its values is the one place
+            # (tests/test_pytest_plugin.py fails when a pytest release moves it: the folder gets a .pytest_cache).
+            config._inicache["cache_dir"] = str(cache_dir(config.rootpath))
+
+
+DEFAULT_CACHE_DIR = ".pytest_cache"
+
+
+def cache_dir(rootpath: Path) -> Path:
+    """pytest's cache (`--lf`) for runs in `rootpath`: under CRASHPROOF_HOME, one per folder, never in it."""
+    from .workspace import Workspace
+    return Workspace().root / "pytest-cache" / hashlib.sha256(str(rootpath).encode()).hexdigest()[:16]
+
+
+def _matrix_only(config) -> bool:
+    """--crashproof with no path on the command line: the matrix alone, none of the folder's own files."""
+    return bool(config.getoption("crashproof", False)) and config.args_source != pytest.Config.ArgsSource.ARGS
+
+
+def pytest_ignore_collect(collection_path, config):
+    if _matrix_only(config) and collection_path not in config.invocation_params.dir.parents \
+            and collection_path != config.invocation_params.dir:
+        return True  # importing the folder's test files would write __pycache__ into it, and run them
+    return None
 
 
 def pytest_report_header(config):
@@ -62,8 +96,10 @@ def pytest_report_header(config):
 
 
 def _item_name(plan: CasePlan) -> str:
-    inner = "fault-free" if plan.fault is None else f"{plan.barrier}-{plan.fault}-{plan.hit}"
-    return f"{plan.scenario}[{inner}{'' if plan.repeat == 1 else f'-{plan.repeat}'}]"
+    """The case's name inside its scenario: `BARRIER[FAULT-HIT]` (`-REPEAT` after a repeat), or `fault-free`."""
+    if plan.fault is None:
+        return "fault-free"
+    return f"{plan.barrier}[{plan.fault}-{plan.hit}{'' if plan.repeat == 1 else f'-{plan.repeat}'}]"
 
 
 def _census_rows(config) -> list[list]:
@@ -88,7 +124,10 @@ def _census_file(config) -> Path | None:
 
 def _planned(config) -> list[CasePlan]:
     """The fault-free runs and the planned faulted cases, from this run's census (taken afresh each run: the
-    implementation may have changed since the last one)."""
+    implementation may have changed since the last one); with --collect-only the fault-free runs alone (the faulted
+    cases need the census, which runs the implementation: `crashproof scenarios --matrix` lists them)."""
+    if config.getoption("collectonly"):
+        return [CasePlan(name) for name in _scenarios(config.getoption("crashproof_scenario"))]
     path = _census_file(config)
     if path is None:
         return [CasePlan(*row) for row in _census_rows(config)]
@@ -105,22 +144,54 @@ def _scenarios(pattern: str | None) -> list[str]:
     return [s.name for s in select(load_catalog(), pattern)]
 
 
-@pytest.hookimpl(tryfirst=True)  # before -k, -m and --lf select among the items
-def pytest_collection_modifyitems(session, config, items):
-    if not config.getoption("crashproof"):
-        return
-    items.extend(CaseItem.from_parent(session, name=_item_name(plan), nodeid=_node_id(plan), plan=plan)
-                 for plan in _planned(config))
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """The session collects one ScenarioCollector per scenario (pytest counts, selects and reports their items as
+    any others)."""
+    report = yield
+    config = collector.config
+    if isinstance(collector, pytest.Session) and config.getoption("crashproof") and report.passed:
+        plans: dict[str, list[CasePlan]] = {}
+        for plan in _planned(config):
+            plans.setdefault(plan.scenario, []).append(plan)
+        report.result.extend(ScenarioCollector.from_parent(collector, name=scenario,
+                                                           nodeid=_node_id(f"crashproof/{scenario}"), plans=cases)
+                             for scenario, cases in plans.items())
+    return report
 
 
-def _node_id(plan: CasePlan):
-    """The id pytest's cache (--lf) parses back: `::scenario[params]`, the params kept apart from the name."""
-    name = _item_name(plan)
+def pytest_report_collectionfinish(config, start_path, items):
+    if config.getoption("crashproof") and config.getoption("collectonly"):
+        return ("crashproof: --collect-only lists each scenario's fault-free run alone: its faulted cases are planned "
+                "from the barriers that run reaches (the census, which starts a world and runs the implementation); "
+                "`crashproof scenarios --matrix` lists them")
+    return None
+
+
+def _node_id(text: str):
+    """A node id as pytest compares it: `crashproof/SCENARIO` for a scenario, `…::BARRIER[FAULT-HIT]` for a case
+    (the params kept apart from the name, as --lf parses them back)."""
     try:
         from _pytest.nodeid import NodeId  # pytest 9.2+: structured ids, compared part by part
     except ImportError:
-        return "::" + name
-    return NodeId.parse("::" + name)
+        return text
+    return NodeId.parse(text)
+
+
+class ScenarioCollector(pytest.Collector):
+    """One scenario: its fault-free run, then its faulted cases in id order."""
+
+    def __init__(self, *, plans: list[CasePlan], **kwargs):
+        super().__init__(**kwargs)
+        self.plans = plans
+
+    def collect(self):
+        for plan in self.plans:
+            name = _item_name(plan)
+            yield CaseItem.from_parent(self, name=name, nodeid=_node_id(f"{self.nodeid}::{name}"), plan=plan)
+
+    def reportinfo(self):
+        return Path("crashproof"), None, self.name
 
 
 class CaseFailed(Exception):
@@ -153,7 +224,7 @@ class CaseItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return Path("crashproof"), None, self.plan.id
+        return Path("crashproof") / self.plan.scenario, None, self.plan.id
 
 
 class _Session:

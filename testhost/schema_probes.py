@@ -188,7 +188,7 @@ class ClaimProber:
             end_at = lease_end(start, probe.duration)
             seen["lease_ends"] = end_at.isoformat() if end_at else "out of range"
         if wanted is not None and got is None:
-            self._add({**seen, "expected": f"refused: {wanted}", "got": f"granted ({len(rows)} row(s) claimed)",
+            self._add({**seen, "expected": f"refused: {wanted}", "got": f"granted ({len(rows)} row{'s' * (len(rows) != 1)} claimed)",
                        "changed_rows": before != after}, probe)
         elif wanted is not None and before != after:
             self._add({**seen, "expected": f"refused: {wanted}", "got": f"refused ({got}) but the queue changed",

@@ -71,6 +71,12 @@ def judge(answers: list[dict], barriers: list[str], before: dict, after: dict) -
 def run_schema_version(world, command: str, log_dir: Path) -> dict:
     """The stage's case for report.json; its verdict is `fail` when the check has evidence, `error` when the
     implementation broke the adapter protocol."""
+    return run_with_hello(world, command, log_dir)[0]
+
+
+def run_with_hello(world, command: str, log_dir: Path) -> tuple[dict, dict]:
+    """The stage's case and the hello the implementation sent ({} when none came): a run of this stage alone
+    records the implementation's identity and operations from it, as any case's run does."""
     started = time.monotonic()
     store = new_store(world, upto=UPTO)
     timeline: list[dict] = [{"event": "store", "migrated_to": f"{UPTO:04d}"}]
@@ -103,7 +109,9 @@ def run_schema_version(world, command: str, log_dir: Path) -> dict:
             impl.kill_group()
     finally:
         store.drop()
+    hello = (impl.hello or {}) if impl is not None else {}
     return {"id": CASE_ID, "scenario": CASE_ID, "barrier": None, "fault": None, "hit": None,
             "verdict": verdict, "reason": reason, "checks": checks, "timeline": timeline,
             "duration_s": round(time.monotonic() - started, 3), "barrier_hits": {}, "fallbacks": [],
-            **({"cause": cause} if verdict == "error" else {})}
+            "operations": sorted(hello.get("operations", [])),
+            **({"cause": cause} if verdict == "error" else {})}, hello

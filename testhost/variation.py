@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from reports import counted
 from variants import VARIANTS, Variant
 
 from . import certify as certify_module, explore as explore_module
@@ -69,12 +70,13 @@ def line(verdict: dict) -> str:
     """The one line `crashproof variants` prints for a variant."""
     name = verdict["variant"]
     if verdict["certified"]:
-        head = f"certified: legal variant {name} passed all {verdict['cases']} cases"
+        cases = verdict["cases"]
+        head = f"certified: legal variant {name} passed " + ("its 1 case" if cases == 1 else f"all {counted(cases, 'case')}")
     else:
         what = []
         if verdict["failed"]:
             first = verdict["failed"][0]
-            what.append(f"{len(verdict['failed'])} of {verdict['cases']} cases (checks {', '.join(verdict['failed_checks'])}; "
+            what.append(f"{len(verdict['failed'])} of {counted(verdict['cases'], 'case')} (checks {', '.join(verdict['failed_checks'])}; "
                         f"first {first['id']})")
         what += [f"run problem: {p}" for p in verdict["run_problems"]]
         if verdict["explore"] is not None and verdict["explore"]["code"] != 0:

@@ -64,9 +64,28 @@ def test_certify_writes_a_report_with_components_and_versions(home):
     assert report["environment"]["toxiproxy"].startswith("2.12.0")
     assert report["implementation"]["identity"] == "crashproof-reference"
     assert "2 cases: 2 passed" in result.stdout
+    # The verdict follows the counts, as every rendering shows it: a selection passed, not a certification.
+    lines = result.stdout.splitlines()
+    verdict = lines[next(i for i, line in enumerate(lines) if line.startswith("2 cases: ")) + 1]
+    assert verdict.startswith("PASSED (a selection: --scenario at-single; --barrier schedule-link-after-commit; "
+                              "--fault kill): all 2 cases passed; not a certification"), verdict
+    assert report["run"]["selection"]["plan_count"] == len(report["cases"])
     assert sorted(p.name for p in report_dir.iterdir() if p.is_file()) == [
         "certificate.json", "junit.xml", "report.html", "report.json", "report.md"]
     assert pids_with_cwd_or_arg(str(home)) == []
+
+
+def test_a_named_case_runs_as_often_as_repeat_says(home):
+    report_dir = home / "report"
+    case = "at-single/schedule-link-after-commit/kill/1"
+    result = _run(home, "certify", "--case", case, "--repeat", "3", "--report-dir", str(report_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((report_dir / "report.json").read_text())
+    assert [c["id"] for c in report["cases"]] == ["at-single", case, f"{case}#2", f"{case}#3"]
+    assert report["run"]["selection"]["repeat"] == 3 and report["run"]["selection"]["plan_count"] == 4
+    # A fault-free run is the baseline and runs once: repeating it alone is refused, not silently run once.
+    _refused(_run(home, "certify", "--case", "at-single", "--repeat", "3", "--report-dir", str(report_dir)),
+             "--repeat 3 repeats faulted cases, and every --case here is a fault-free run")
 
 
 def test_certify_with_dsn_reports_cases_needing_the_clock_as_not_run(home, world):

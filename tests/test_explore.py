@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase, find, given, settings
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import WebDriverWait
 from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
+from reports.browser import chromium
+from reports.matrix import anchor
 from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
                                  NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, motif_programs, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
@@ -336,10 +341,16 @@ def test_profiles_are_registered_in_one_place():
     assert PROFILES["soak"].duration_s == 3600 and PROFILES["soak"].progress_s == 60
 
 
-def test_the_progress_line_counts_faults_per_kind():
-    line = progress_line({"examples": 3, "steps": 20, "faulted": 2, "fired": {"kill": 1, "pause": 1},
-                          "failures": 0}, 12.5)
-    assert line == "explore: 3 examples, 20 steps, 2 faulted (fired: kill 1, pause 1), 0 failures, 12s"
+def test_the_progress_line_counts_faults_per_kind_and_where_the_hostile_calls_went():
+    line = progress_line({"examples": 3, "judged": 2, "steps": 20, "faulted": 2, "fired": {"kill": 1, "pause": 1},
+                          "failures": 1}, 12.5)
+    assert line == ("explore: 3 programs drawn (2 judged, 1 set aside), 20 steps, 2 faulted (fired: kill 1, pause 1), "
+                    "1 failure, 12s")
+    line = progress_line({"examples": 1, "judged": 1, "steps": 1, "faulted": 0, "fired": {}, "failures": 0,
+                          "hostile": 999, "hostile_to": {"fallback": 849, "claim": 150}, "hostile_failures": 0}, 3)
+    assert line == ("explore: 1 program drawn (1 judged, 0 set aside), 1 step, 0 faulted (fired: none), 0 failures, "
+                    "999 hostile calls (to the implementation 0, the harness's fallback client 849, the claim "
+                    "function 150; 0 not refused), 3s")
 
 
 @pytest.mark.world
@@ -366,20 +377,46 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
                                    progress=lines.append))
     assert code == 0, report["run"]["explore"]["found"]
     ran = report["run"]["explore"]
-    assert ran["examples"] >= 12 and ran["steps"] > ran["examples"]
-    assert report["summary"]["cases"] == len(report["cases"]) and report["summary"]["failed"] == 0
+    # --max-examples counts the judged programs; the drawn ones include those set aside.
+    assert ran["judged"] == 12 and ran["examples"] >= ran["judged"] and ran["steps"] > ran["examples"]
+    assert report["summary"]["cases"] == len(report["cases"]) == ran["cases"] and report["summary"]["failed"] == 0
+    # Every case run is accounted for: the report's are those run, less those that judged nothing and those two
+    # jobs both ran, plus the hostile stores'.
+    assert ran["cases"] == ran["cases_run"] - ran["cases_set_aside"] - ran["cases_run_twice"] + ran["store_cases"]
     # The edge sweep ran every edge motif's programs before the drawn ones, the same ones every run.
     assert ran["edge_programs"] == sum(len(motif_programs(m)) for m in EDGE_MOTIFS) > len(EDGE_MOTIFS)
-    assert lines[-1].startswith(f"explore: {ran['edge_programs']} edge programs, {ran['examples']} examples")
+    assert lines[-1].startswith(f"explore: {ran['edge_programs']} edge programs, {ran['examples']} programs drawn "
+                                f"({ran['judged']} judged, {ran['examples'] - ran['judged']} set aside)")
+    # Where the hostile calls went: the reference declares every client operation.
+    assert ran["hostile"]["to"] == {"implementation": ran["hostile"]["inputs"] - ran["hostile"]["by_op"]["claim"],
+                                    "fallback": 0, "claim": ran["hostile"]["by_op"]["claim"]}
+    assert "hostile calls (to the implementation " in lines[-1]
     assert report["implementation"]["code"]["module_origin"].endswith("/reference/adapter.py")
+    assert report["implementation"]["identity"] == "crashproof-reference"
     assert not (tmp_path / "found").exists()
     # The hostile store (a store migrated only to 0003) was refused, once, and is a case of the report.
     assert ran["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
     assert [c["verdict"] for c in report["cases"] if c["id"] == "schema-version"] == ["pass"]
-    done = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "render", str(tmp_path / "report")],
-                          capture_output=True, text=True, timeout=120)
+    # Explore renders its report (no certificate: it certifies nothing) and keeps every case's timeline.
+    rendered = sorted(p.name for p in (tmp_path / "report").iterdir() if p.is_file())
+    assert rendered == ["junit.xml", "report.html", "report.json", "report.md"]
+    assert (tmp_path / "report" / "report.md").read_text().startswith(
+        "## crashproof: ☑️ PASSED (a selection: explore's generated programs, profile ci): ")
+    passing = next(c for c in report["cases"] if c["verdict"] == "pass" and c["id"] != "schema-version")
+    assert passing["timeline"]
+    done = subprocess.run([sys.executable, "-m", "testhost.cli", "report", "show", str(tmp_path / "report"),
+                           passing["id"]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "report" / "report.html").exists()
+    shown = done.stdout.split("timeline (case time, server-clock shift, lane, event):\n")[1].split("\n\nchecks:")[0]
+    assert len(shown.splitlines()) == len(passing["timeline"]) and " step " in shown
+    with chromium() as browser:
+        browser.get((tmp_path / "report" / "report.html").as_uri())
+        assert browser.find_element(By.ID, "verdict").get_attribute("class") == "verdict selection"
+        browser.get((tmp_path / "report" / "report.html").as_uri() + "#" + anchor(passing["id"]))
+        case = WebDriverWait(browser, 10).until(seen.visibility_of_element_located(
+            (By.ID, f"d-{anchor(passing['id'])}")))
+        assert case.find_elements(By.CSS_SELECTOR, "svg.timeline")  # a passing case's timeline is drawn
+        assert browser.get_log("browser") == []
 
 
 @pytest.mark.world
@@ -541,6 +578,9 @@ def test_explore_runs_the_go_example_which_offers_process_due_only(tmp_path):
     assert report["run"]["explore"]["hostile"]["stores"] == [{"case": "schema-version", "verdict": "pass"}]
     ran = report["run"]["explore"]
     assert ran["faulted"] and sum(ran["fired"].values()) == ran["faulted"]
+    # No hostile call reached it: its client calls went to the harness's fallback, the claims to the function.
+    assert ran["hostile"]["to"]["implementation"] == 0 and ran["hostile"]["to"]["fallback"] > 0
+    assert report["implementation"]["identity"]  # as its hello said
 
 
 def test_expect_any_is_for_client_steps_only():

@@ -19,7 +19,7 @@ from reference.problems import Problem
 from scenarios.hostile import CLAIM, CLIENT_OPS, Hostile, hostile_claim, hostile_command, sweep
 from testhost.explore import Options, explore
 from testhost.hostile import (CLAIM_RULE, CLIENT_RULE, Answer, HostileRun, HostileSearch, changed, judge,
-                              names_field, replay, snapshot)
+                              names_field, replay, snapshot, targets_text)
 from testhost.runner import REFERENCE_COMMAND
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +152,9 @@ def test_the_reference_refuses_a_ci_sized_hostile_run(world, tmp_path):
     assert search.stats.inputs == 150 + len(sweep(SCHEDULE, 1))
     assert set(search.stats.by_op) == {*CLIENT_OPS, CLAIM}
     assert search.result().ok
+    # The reference declares every client operation: they went to it, the claims to the claim function.
+    assert search.stats.to == {"implementation": search.stats.inputs - search.stats.by_op[CLAIM],
+                               "claim": search.stats.by_op[CLAIM]}
 
 
 def test_the_go_example_runs_through_it_on_the_fallback(world, tmp_path):
@@ -163,6 +166,11 @@ def test_the_go_example_runs_through_it_on_the_fallback(world, tmp_path):
     assert search.failure is None, search.printable()
     assert any({"create", "update"} & f for f in seen)  # client calls went to the host's fallback
     assert search.stats.by_op.get(CLAIM)
+    # process-due alone declared: no hostile call reached the implementation, and the counts say where they went.
+    assert search.stats.to == {"fallback": search.stats.inputs - search.stats.by_op[CLAIM],
+                               "claim": search.stats.by_op[CLAIM]}
+    assert targets_text(search.stats.to) == (f"to the implementation 0, the harness's fallback client "
+                                             f"{search.stats.to['fallback']}, the claim function {search.stats.by_op[CLAIM]}")
 
 
 def test_a_client_that_stores_a_format_character_fails_naming_the_input(world, tmp_path):

@@ -174,7 +174,7 @@ def test_validate_grants_cli_exits_1_with_the_finding(store):
         conn.execute(BREAKAGES["extra table grant"][0])
     out = validate_cli(store)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert out.stdout.strip().splitlines() == [BREAKAGES["extra table grant"][1], "1 finding(s)"]
+    assert out.stdout.strip().splitlines() == [BREAKAGES["extra table grant"][1], "1 finding"]
 
 
 # -- the dispatcher --------------------------------------------------------------------------------

@@ -119,3 +119,32 @@ def test_a_rule_changed_since_the_targeted_contract_and_a_reference_choice_read_
     with chromium(javascript=False) as browser:
         browser.get(page.as_uri())
         assert "rule changed in contract 6.0" in browser.find_element(By.ID, anchor(FAILING)).text
+
+
+def test_a_passing_selection_has_a_look_of_its_own_neither_a_failure_nor_a_certification(reference_report,
+                                                                                          mutant_report, tmp_path):
+    """Three verdicts, three boxes: a failure red, a selection whose cases all passed blue, a certification green."""
+    from reports import render
+    from reports.report import load, summary, write
+
+    selection = tmp_path / "selection"
+    shutil.copytree(reference_report, selection)
+    whole = tmp_path / "whole"
+    shutil.copytree(reference_report, whole)
+    report = load(whole).report
+    report["run"]["selection"].update(scenario=None, barrier=None, fault=None, cases=[], shard=None)
+    report["summary"] = summary(report["cases"])
+    write(report, whole)
+    render.render(whole, ["html"])
+    boxes = {}
+    with chromium() as browser:
+        for name, directory in (("failure", mutant_report), ("selection", selection), ("certified", whole)):
+            browser.get((directory / "report.html").as_uri())
+            verdict = browser.find_element(By.ID, "verdict")
+            boxes[name] = (verdict.text, verdict.get_attribute("class"), verdict.value_of_css_property("background-color"))
+    assert boxes["failure"][0].startswith("NOT CERTIFIED") and boxes["failure"][1] == "verdict bad"
+    assert boxes["selection"][0].startswith("PASSED (a selection: ") and boxes["selection"][1] == "verdict selection"
+    assert boxes["certified"][0].startswith("CERTIFIED: all ") and boxes["certified"][1] == "verdict ok"
+    assert len({color for _, _, color in boxes.values()}) == 3, boxes  # each drawn in a color of its own
+    assert "1 scenario, 1 barrier" in (selection / "report.html").read_text()  # counts agree with their nouns
+    assert (selection / "report.md").read_text().startswith("## crashproof: ☑️ PASSED (a selection: ")

@@ -16,7 +16,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from reports import ReportError, certificate, compare, render
 from reports.junit import case_name
-from reports.report import load, outcome, summary, write
+from reports.report import load, outcome, standing, summary, write
 from testhost.certify import exit_code
 
 pytestmark = pytest.mark.world
@@ -82,6 +82,7 @@ def test_markdown_has_the_verdict_counts_and_a_line_per_failing_case(mutant_repo
     text = (mutant_report / "report.md").read_text()
     report = json.loads((mutant_report / "report.json").read_text())
     assert text.startswith("## crashproof: ❌ NOT CERTIFIED")
+    assert standing(json.loads((mutant_report / "report.json").read_text())) == "not-certified"
     assert "| kill |" in text and "| schedule-decision-after-commit |" in text
     for case in report["cases"]:
         line = [l for l in text.splitlines() if f"`{case['id']}`" in l]
@@ -322,10 +323,14 @@ def test_only_a_run_of_the_whole_matrix_is_certified(reference_report, tmp_path)
     assert not certified and verdict.startswith("PASSED (a selection: --scenario at-single; --barrier "
                                                 "schedule-decision-after-commit; --fault kill)")
     assert verdict.endswith(f"not a certification; contract {CONTRACT}")
+    assert standing(load(reference_report).report) == "selection-passed"
     directory = _copy(reference_report, tmp_path / "whole")
     _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE))
     assert outcome(load(directory).report) == (True, f"CERTIFIED: all {len(load(directory).report['cases'])} "
                                                      f"cases passed; contract {CONTRACT}")
+    assert standing(load(directory).report) == "certified"
+    render.render(directory, ["md"])
+    assert (directory / "report.md").read_text().startswith("## crashproof: ✅ CERTIFIED: all ")
     for narrowed, named in (({"shard": "2/3"}, "shard 2/3"), ({"cases": ["at-single"]}, "1 named case")):
         _rewrite(directory, lambda r: r["run"]["selection"].update(WHOLE, **narrowed))
         certified, verdict = outcome(load(directory).report)

@@ -264,6 +264,11 @@ def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
     assert chosen[0].repeat == 3 and missing == []
     chosen, missing = _requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
     assert chosen == [] and [case["id"] for case in missing] == ["at-single/schedule-link-after-commit/kill/2#2"]
+    # --repeat 3: the case named without #N runs three times; #3, named besides, still runs once.
+    chosen, _ = _requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}}, repeat=3)
+    assert [plan.id for plan in chosen] == ["at-single/schedule-link-after-commit/kill/1#3",
+                                            "at-single/schedule-link-after-commit/kill/1",
+                                            "at-single/schedule-link-after-commit/kill/1#2"]
 
 
 def test_a_run_that_ends_early_leaves_no_report_of_an_earlier_run(tmp_path):

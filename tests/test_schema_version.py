@@ -105,7 +105,8 @@ def test_the_go_example_declaring_only_process_due_passes(world, tmp_path):
     assert answer["op"] == "process-due" and answer["error"]["retriable"] is False
 
 
-def test_certify_runs_the_stage_beside_the_scenarios_and_fails_the_mutant_with_exit_1(tmp_path):
+def test_certify_runs_the_stage_beside_the_scenarios_and_fails_the_mutant_with_exit_1(tmp_path, capsys):
+    from reference.adapter import OPERATIONS
     from testhost.certify import certify
     command = f"{shlex.quote(sys.executable)} -m mutants missing-migration-retriable"
     code, report = certify(Options(command=command, scenario="schema-version", report_dir=tmp_path,
@@ -113,3 +114,11 @@ def test_certify_runs_the_stage_beside_the_scenarios_and_fails_the_mutant_with_e
     assert code == 1
     [case] = report["cases"]
     assert case["id"] == CASE_ID and case["verdict"] == "fail" and case["reason"] == "schema-version-refused"
+    # The stage alone records the implementation as its hello declared it, as any case's run does.
+    assert report["implementation"]["identity"] == "crashproof-reference"
+    assert report["implementation"]["operations"] == case["operations"] == sorted(OPERATIONS)
+    assert report["run"]["selection"]["plan_count"] == len(report["cases"]) == 1  # the stage's case is planned
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 case: 0 passed, 1 failed, 0 error, 0 not-run in ")
+    assert out[1].startswith("NOT CERTIFIED: 0 of 1 case passed; 1 failed")
+    assert out[2] == "Implementation: crashproof-reference (declares " + ", ".join(sorted(OPERATIONS)) + ")"

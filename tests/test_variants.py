@@ -106,7 +106,7 @@ def test_a_failing_variant_is_reported_as_a_harness_defect_with_its_checks():
     assert "difference seen in 2 cases" in text
     passing = judge(variant, 0, {"cases": [_case("at-single", operations=["process-due"], fallbacks=["create"])],
                                  "run": {"problems": []}}, {"profile": "ci", "code": 0, "found": ""})
-    assert line(passing).startswith("certified: legal variant process-due-only passed all 1 cases")
+    assert line(passing).startswith("certified: legal variant process-due-only passed its 1 case")
     assert line(passing).endswith("explore ci: nothing found")
     # a run in which the difference never showed proved nothing, and says so
     vacuous = judge(variant, 0, {"cases": [_case("at-single", operations=["process-due", "create"])],

@@ -168,7 +168,7 @@ def test_a_scenario_planned_fault_free_only_has_nothing_to_lint(capsys, tmp_path
     """No fault is injected into a `fault_free` scenario, so no recovery can shift its outcome."""
     (tmp_path / "shift.toml").write_text("fault_free = true\n" + EXAMPLE.read_text())
     assert main(["scenarios", "--lint", "--strict", "--catalog", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "0 warnings in 1 scenarios"
+    assert capsys.readouterr().out.splitlines()[-1] == "0 warnings in 1 scenario"
 
 
 def test_scenarios_lint_prints_one_line_per_warning_and_exits_1_only_when_strict(capsys, tmp_path):
@@ -176,13 +176,13 @@ def test_scenarios_lint_prints_one_line_per_warning_and_exits_1_only_when_strict
     assert main(["scenarios", "--lint", "--catalog", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"warning: {tmp_path / 'shift.toml'}: step 4 (process): ")
-    assert out[-1] == "1 warning in 1 scenarios"
+    assert out[-1] == "1 warning in 1 scenario"
     assert main(["scenarios", "--lint", "--strict", "--catalog", str(tmp_path)]) == 1
     capsys.readouterr()
     (tmp_path / "shift.toml").write_text(EXAMPLE.read_text().replace("seconds = 58", "seconds = 53")
                                          .replace("seconds = 63", "seconds = 68"))
     assert main(["scenarios", "--lint", "--strict", "--catalog", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines() == ["0 warnings in 1 scenarios"]
+    assert capsys.readouterr().out.splitlines() == ["0 warnings in 1 scenario"]
 
 
 @pytest.mark.parametrize("scenario", load_catalog(), ids=lambda s: s.name)
