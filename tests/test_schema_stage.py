@@ -76,7 +76,9 @@ def test_every_row_key_the_checks_read_is_a_declared_column():
            # the db-crash's durability comparison and the cancel-pass's count of claims before it
            "crash_durability", "changed", "rows", "cancelled_after_claims",
            # where a cursor was read, whether a pass ran clean, and the generations each step's read saw
-           "at", "clean_pass", "generations"}
+           "at", "clean_pass", "generations",
+           # each hold the bridge clock offered: after which fault, whether taken, the barriers meanwhile
+           "after_fault", "taken", "barriers_meanwhile"}
     assert keys - own and not (keys - own - columns), sorted(keys - own - columns)
 
 
