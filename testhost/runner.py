@@ -407,6 +407,7 @@ class CaseRun:
                       value=response.value, error=response.error)
             if response.died or (isinstance(response.value, dict) and response.value.get("claimed") == 0):
                 break
+        self.model.ran_until(self.world.clock.now())
         return passes
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -721,6 +722,7 @@ class CaseRun:
                 if choosing:
                     leases_before, fired_before = self._lease_generations(), self.injection is not None
                 self.model.pass_(cutoff, model_limit)
+                fault_before_pass = self.injection is not None
                 if len(labels) == 1:
                     if "cancel_at" in step.args:
                         self.cancel_plans[-1].armed = True
@@ -730,6 +732,9 @@ class CaseRun:
                         self.cancel_plans[-1].after_answer(self, self.answers[-1] if self.answers else None)
                     if choosing and fired_before == (self.injection is not None):  # no fault fired in this pass
                         self._claims_seen(leases_before)
+                    if beside is None and "cancel_at" not in step.args \
+                            and fault_before_pass == (self.injection is not None):
+                        self.model.ran_until(self.world.clock.now())  # an instant that fell due as it ran (38e)
                 else:
                     threads = [threading.Thread(target=self._respond, args=(self.impls[label], "process-due", request))
                                for label in labels]

@@ -91,6 +91,36 @@ class Timelines:
         self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64)
         self._each("drain", now)
 
+    def ran_until(self, end: datetime) -> None:
+        """The last pass or drain answered at server time `end`. Each of its decisions cut off at its own
+        transaction's time (note 1), so an instant that fell due while it ran is decided by a decision that came
+        after it, or by a later claim of a schedule it made due again: keep a branch for the whole pass at its end,
+        and one for the pass at its start followed by what it claims again at its end (protocol note 38e)."""
+        if self._before is None:
+            return
+        befores, kind, now, maximum = self._before
+        if end <= now or not any(s.lifecycle == "active" and s.active.instants_between(now, end)
+                                 for model in befores for s in model.schedules.values()):
+            return
+        seen = {_key(m) for m in self.branches}
+        for before in befores:
+            late, again = copy.deepcopy(before), copy.deepcopy(before)
+            if kind == "drain":
+                late.drain(end)
+                again.drain(now)
+                again.drain(end)
+            else:
+                late.pass_(end, maximum)
+                rest = maximum - len(again.claimed(now, maximum))
+                again.pass_(now, maximum)
+                if rest > 0:
+                    again.pass_(end, rest)
+            for branch in (late, again):
+                if _key(branch) not in seen:
+                    seen.add(_key(branch))
+                    self.branches.append(branch)
+                    self.left.append(frozenset())
+
     def step_started(self) -> None:
         """A new step: a fault from here on did not interrupt an earlier step's pass."""
         self._before = None

@@ -211,3 +211,35 @@ def test_a_terminal_transition_requeues_claimable_at_its_own_time_so_a_clock_set
     untimed.pass_(T + 2 * MIN)
     untimed.work("s", 1, "succeeded")  # no time given: claimable at once, as before
     assert untimed.due(untimed.schedules["s"], T + 2 * MIN)
+
+
+def _straddled(kind: str):
+    """An Every of 30 s from T+7s: a pass or drain at T+66.4s, which answered at T+67.5s, past the instant T+67s."""
+    from testhost.timelines import Timelines
+    timelines = Timelines()
+    timelines.create("s1", Generation(1, "every", T, every=timedelta(seconds=30), anchor=T + timedelta(seconds=7)))
+    start = T + timedelta(seconds=66.4)
+    timelines.drain(start) if kind == "drain" else timelines.pass_(start, 3)
+    return timelines, start
+
+
+def _occurrences(model) -> list[tuple]:
+    return [(o.kind, (o.first - T).total_seconds(), (o.last - T).total_seconds(), o.state)
+            for o in model.schedules["s1"].occurrences]
+
+
+def test_a_pass_that_ran_past_an_instant_may_have_decided_it_late_or_claimed_again():
+    """Each decision cuts off at its own transaction's time: an instant that fell due while a pass or drain ran is
+    decided by a later decision of it, or by a claim made again once it fell due (protocol note 38e)."""
+    for kind in ("drain", "pass"):
+        timelines, start = _straddled(kind)
+        assert [_occurrences(m) for m in timelines.branches] == [[("recovery", 7, 37, "materialized")]]
+        timelines.ran_until(start + timedelta(seconds=0.5))  # no instant between: nothing to branch
+        assert len(timelines.branches) == 1
+        timelines.ran_until(start + timedelta(seconds=1.1))
+        assert [_occurrences(m) for m in timelines.branches] == [
+            [("recovery", 7, 37, "materialized")],  # every decision before T+67s
+            [("recovery", 7, 67, "materialized")],  # its one decision after it
+            [("recovery", 7, 37, "materialized"), ("coalesced", 67, 67, "pending")],  # claimed again after it
+        ], kind
+        assert timelines.left == [frozenset()] * 3
