@@ -27,6 +27,8 @@ from .processes import is_alive, pids_with_cwd_or_arg, signal_quietly, wait_gone
 
 RUN_VARIABLE = "CRASHPROOF_RUN"
 OWNER_FILE = "owner.json"
+# How long a world's removal goes on ending what still writes in it before it leaves the rest to a sweep.
+REMOVE_WITHIN_S = 10.0
 _ENVIRON_KEY = RUN_VARIABLE.encode() + b"="
 
 
@@ -103,23 +105,39 @@ def write_owner(directory: Path, *, detached: bool = False) -> None:
 
 def remove_world(directory: Path) -> None:
     """Remove a world folder, its owner record last: a removal cut short (a worker killed while it tears its
-    world down) leaves a folder that still says whose it is, so a watcher or the next world removes the rest."""
-    try:
-        entries = list(directory.iterdir())
-    except FileNotFoundError:
-        return
-    except OSError:
-        entries = []
-    for entry in entries:
-        if entry.name == OWNER_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            try:
-                entry.unlink()
-            except OSError:
-                pass
+    world down) leaves a folder that still says whose it is, so a watcher or the next world removes the rest. A
+    server process still writing in the folder (a backend of a cluster just killed) can refill a directory as it is
+    removed; such a process is ended and the removal tried again, within REMOVE_WITHIN_S, and the record stays
+    until nothing else is left."""
+    deadline = time.monotonic() + REMOVE_WITHIN_S
+    writers = lambda: pids_with_cwd_or_arg(str(directory))  # noqa: E731
+    end_processes(writers, timeout=2.0)
+    while True:
+        try:
+            entries = [entry for entry in directory.iterdir() if entry.name != OWNER_FILE]
+        except FileNotFoundError:
+            return
+        except OSError:
+            entries = []
+        if not entries:
+            break
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                try:
+                    entry.unlink()
+                except OSError:
+                    pass
+        try:
+            if not any(entry.name != OWNER_FILE for entry in directory.iterdir()):
+                break
+        except OSError:
+            return
+        if time.monotonic() > deadline:
+            return  # the record stays: the watcher or the next world's sweep removes the rest
+        end_processes(writers, timeout=2.0)
+        time.sleep(0.05)
     shutil.rmtree(directory, ignore_errors=True)
 
 

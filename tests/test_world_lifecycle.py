@@ -97,3 +97,24 @@ def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
         world.cluster.crash()
         world.cluster.restart()
     assert _wait_no_processes(home) == []
+
+
+def test_a_world_folder_a_process_still_writes_in_is_removed_whole_and_the_writer_ended(tmp_path):
+    """A server process that outlives its cluster's kill for a moment refills the data directory as it is removed;
+    the removal ends it and goes on, and the owner record goes last."""
+    from testhost.orphans import OWNER_FILE, remove_world
+    world = tmp_path / "certify-writer"
+    (world / "data" / "base").mkdir(parents=True)
+    (world / OWNER_FILE).write_text("{}")
+    data = world / "data"
+    writer = subprocess.Popen(["sh", "-c", f"while :; do mkdir -p {data}/base/1 {data}/pg_wal; "
+                               f": > {data}/base/1/$$.$RANDOM; done"], cwd=world, start_new_session=True)
+    try:
+        time.sleep(0.3)
+        assert writer.poll() is None and any((world / "data" / "base").iterdir())
+        remove_world(world)
+        assert not world.exists()
+        assert writer.wait(timeout=5) is not None  # ended by the removal, not by this test
+    finally:
+        if writer.poll() is None:
+            os.killpg(writer.pid, signal.SIGKILL)
