@@ -242,6 +242,11 @@ CHANGES: tuple[Change, ...] = (
            "a new session is judged), and a case that offers no hold is not compared; it never fails a retry "
            "shape", MINOR, ("work-own-clock",), "nothing (loosened)",
            _n("24r The Work's own clock, against the bridge's.")),
+    Change("6.1", "2026-12-02", (), "pass-ran-past-an-instant", "A pass or drain that ran past a nominal instant "
+           "may have decided it in a later decision or in a second claim of its schedule: the model accepts both "
+           "timelines, so a slow implementation is no longer failed for deciding at its own transactions' times",
+           MINOR, ("model-agreement", "crash-equivalence"), "nothing (loosened)",
+           _n("38e An instant that falls due while a pass runs.")),
     Change("6.1", "2026-12-02", (), "build-stage-and-uris", "A spawned command's first start is a build stage "
            "with its own 600 s timeout before any case, so a launcher that compiles on first start certifies; each "
            "DSN also comes as a `postgresql://` URI (`CRASHPROOF_RUNTIME_DSN_URI`, `CRASHPROOF_DISPATCHER_DSN_URI`); "
@@ -364,8 +369,8 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "planned-fault-fired": ("d7f238515c", "1.0"),
     "transaction-fate": ("b43a26c014", "1.0"),
     "scenario-expectations": ("f6c02d5c49", "2.0"),
-    "crash-equivalence": ("3959a95b46", "2.0"),
-    "model-agreement": ("4f0a0ead7a", "5.0"),
+    "crash-equivalence": ("3959a95b46", "6.1"),
+    "model-agreement": ("4f0a0ead7a", "6.1"),
     "client-outcomes": ("62ae32b707", "1.0"),
     "step-outcomes": ("b93b7880fc", "1.0"),
     "coalesced-range-forward": ("7aaafdb31c", "1.0"),
