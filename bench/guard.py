@@ -157,7 +157,8 @@ def guard() -> list[Figure]:
     ratio, within = verdict(now, baseline)
     print(f"guard: {len(now['cases'])} case{'s' * (len(now['cases']) != 1)}, {now['cpu_ms_per_case']} ms CPU per case, probe {now['probe_s']} s "
           f"(baseline {baseline['commit']} of {baseline['measured_at']}: {baseline['cpu_ms_per_case']} ms, probe "
-          f"{baseline['probe_s']} s); normalised ratio {ratio:.3f}: {'ok' if within else 'FAIL, over 10 %'}"
+          f"{baseline['probe_s']} s); normalised ratio {ratio:.3f}: "
+          f"{'ok' if within else 'FAIL, over 10 % (confirm against the baseline commit side by side, without the probe: python -m bench.paired ' + baseline['commit'] + ' HEAD)'}"
           + (f"; {len(now['missing'])} baseline cases no longer planned" if now["missing"] else ""), flush=True)
     return [Figure(f"CPU per faulted case / machine probe ({len(now['cases'])} case{'s' * (len(now['cases']) != 1)})", now["normalised"], "ms/s",
                    f"<= {LIMIT:.2f}x base", within, baseline["normalised"], f"baseline at {baseline['commit']}")]
