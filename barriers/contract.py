@@ -1,6 +1,6 @@
 """The certification contract: its version, every change since the first published one, and the class of each rule.
 
-The contract is the rules certification enforces (every check of `testhost.checks.CHECKS` and every schema rule of
+The contract is the rules certification enforces (every check of `testhost.judge.checks.CHECKS` and every schema rule of
 `barriers.schema.SCHEMA_RULES`) plus the normative store. A change that can fail an implementation that conformed
 before (a new mandatory behaviour, a store API change, a rule tightened, a reading pinned) is a major version; a change
 that cannot (a new optional operation or field, a new scenario or check of a rule that already bound, a rule
@@ -370,7 +370,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "transaction-fate": ("b43a26c014", "1.0"),
     "scenario-expectations": ("f6c02d5c49", "2.0"),
     "crash-equivalence": ("3959a95b46", "6.1"),
-    "model-agreement": ("4f0a0ead7a", "6.1"),
+    "model-agreement": ("18fd2b8bf8", "6.1"),
     "client-outcomes": ("62ae32b707", "1.0"),
     "step-outcomes": ("b93b7880fc", "1.0"),
     "coalesced-range-forward": ("7aaafdb31c", "1.0"),
@@ -511,8 +511,8 @@ def current_fingerprints(rules: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 def registered_rules() -> dict[str, str]:
     """Every rule certification enforces, by name: the checks, then the schema rules."""
-    import testhost.certify  # noqa: F401 - registers every check module's rules
-    from testhost.checks import CHECKS
+    import testhost.runs.certify  # noqa: F401 - registers every check module's rules
+    from testhost.judge.checks import CHECKS
 
     from .schema import SCHEMA_RULES
     return {**CHECKS, **{r.name: r.rule for r in SCHEMA_RULES}}

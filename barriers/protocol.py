@@ -127,7 +127,7 @@ PROCESS_RULES = (
     "too, and `crashproof mutants --impl` starts each patched copy once before its cases, under the same timeout.",
 )
 
-# Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/skew.py).
+# Your own OS clock: how the host skews it and how it tells whether the skew took effect (testhost/impl/skew.py).
 CLOCK_RULES = (
     "A certified implementation takes its cutoffs and leases from PostgreSQL only; its own OS clock may be wrong. "
     "The host proves it by running copies of your command with their OS clock skewed: `crashproof certify "
@@ -144,7 +144,7 @@ CLOCK_RULES = (
     "is spawned with them. libfaketime 0.9.10 "
     "then fails `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)` (Python's `time.sleep`) with EINVAL, so the "
     "host preloads a small fix before it that passes a sleep on a monotonic clock straight to the kernel "
-    "(`testhost/native/monotonic_sleep.c`, built once with the system's C compiler; where there is none, "
+    "(`testhost/impl/native/monotonic_sleep.c`, built once with the system's C compiler; where there is none, "
     "`time.sleep` fails in a skewed process: wait on a condition, a socket or an event with a timeout instead).",
     "The host must know the skew took effect. Put your process's own wall-clock reading in the `hello` "
     "(`clock_utc`, RFC 3339 UTC, read right before you write the hello): the host takes its own clock right "

@@ -52,9 +52,9 @@ def _schema_surface() -> list[str]:
 
 
 def _faults() -> list[str]:
-    """The fault plug-ins (testhost/faults.py), each with what it does and what it expects of you."""
+    """The fault plug-ins (testhost/faults/catalog.py), each with what it does and what it expects of you."""
     from barriers import CATALOG as barriers
-    from testhost.faults import FAULTS
+    from testhost.faults.catalog import FAULTS
 
     out = ["", "## Faults", "",
            "Each faulted case injects one of these at one hit of one barrier, before the host's reply. A fault that "
@@ -75,7 +75,7 @@ def _migrations() -> str:
 
 def _deadline_scenarios() -> str:
     from scenarios.model import load_catalog
-    from testhost.faults import DEADLINE_COVER
+    from testhost.faults.catalog import DEADLINE_COVER
     return ", ".join(f"`{s.name}`" for s in load_catalog() if DEADLINE_COVER in s.covers)
 
 
@@ -108,8 +108,8 @@ def _problems() -> list[str]:
 
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
-    from testhost.checks import CHECKS
-    from testhost.faults import DEADLINE_MARGIN_S
+    from testhost.judge.checks import CHECKS
+    from testhost.faults.catalog import DEADLINE_MARGIN_S
 
     out = ["## What a certified implementation must do", "",
            "These rules are normative: each names, in backticks, the check that enforces it. "

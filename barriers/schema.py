@@ -1,5 +1,5 @@
 """The normative schema surface as data: what `crashproof certify --migrations` checks an implementation's own
-schema against (testhost/schema_stage.py), rendered into PROTOCOL.md so an outside team reads the same list.
+schema against (testhost/runs/schema_stage.py), rendered into PROTOCOL.md so an outside team reads the same list.
 
 Written from the spec and the role recipe; the TestHost takes its schema verdicts from here, never from the
 reference's code.
@@ -55,7 +55,7 @@ _IN_ROUTING = "scope_routing_id = appsurface_durable.current_scope_routing_id()"
 SCOPE_POLICIES = [("*", True, (RUNTIME,), _IN_SCOPE, _IN_SCOPE)]
 QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True, (DISPATCHER,), "true", None)]
 
-# The tables and columns the verifier reads (testhost/state.py, checks.py, runner.py), by type family.
+# The tables and columns the verifier reads (testhost/judge/state.py, checks.py, runner.py), by type family.
 READ_COLUMNS: dict[str, dict[str, str]] = {
     "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
                              "suspension_reason": "text", "revision": "integer", "active_generation": "integer",

@@ -21,10 +21,12 @@ from pathlib import Path
 from reports import counted
 from scenarios.matrix import expand
 from scenarios.model import load_catalog
-from testhost import forkserver, runner, store
-from testhost.faults import FAULTS
-from testhost.runner import REFERENCE_COMMAND, CasePlan, CaseRun, run_case
-from testhost.world import World
+from testhost.impl import forkserver
+from testhost.case import runner
+from testhost.world import store
+from testhost.faults.catalog import FAULTS
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan, CaseRun, run_case
+from testhost.world.worlds import World
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -96,7 +98,7 @@ class Phases:
 
 def count_crashes() -> None:
     """A crashed postmaster's CPU is counted before it goes (its reaped backends go with it); once per process."""
-    from testhost.cluster import Cluster
+    from testhost.world.cluster import Cluster
     original = Cluster.crash
     if getattr(original, "counted", False):
         return
@@ -183,7 +185,7 @@ def main() -> None:
     scenarios = [s for s in load_catalog() if fnmatch.fnmatch(s.name, options.scenario)]
     log_dir = Path(tempfile.mkdtemp(prefix="case-cost-"))
     if options.statements:
-        from testhost import workspace
+        from testhost.world import workspace
         workspace.SERVER_SETTINGS.update({"shared_preload_libraries": "'pg_stat_statements'",
                                           "pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on",
                                           "pg_stat_statements.max": "20000"})

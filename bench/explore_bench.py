@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from reports import counted
-from testhost.certify import Options as CertifyOptions, certify
+from testhost.runs.certify import Options as CertifyOptions, certify
 
 from .figures import Figure
 
@@ -19,7 +19,7 @@ MATRIX_SLICE = "at-*,every-*"  # a slice of the matrix, run right after explore 
 
 
 def explore_ci() -> list[Figure]:
-    from testhost.explore import Options, explore, programs_text
+    from testhost.runs.explore import Options, explore, programs_text
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-explore-"))
     started = time.monotonic()
@@ -51,7 +51,7 @@ def mutants(names: list[str] | None = None) -> list[dict]:
     runs of it, and whether its file passes on the reference (a find the reference fails too is no find); one JSON
     line each."""
     from mutants import MUTANTS, migrations_dir
-    from testhost.explore import Options, explore
+    from testhost.runs.explore import Options, explore
 
     rows = []
     by_name = {m.name: m for m in MUTANTS}

@@ -86,9 +86,9 @@ def sample_cpu(case_ids: list[str] | None) -> tuple[tuple[float, float], list[st
     in the matrix."""
     from scenarios.matrix import expand
     from scenarios.model import load_catalog
-    from testhost.faults import FAULTS
-    from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
-    from testhost.world import World
+    from testhost.faults.catalog import FAULTS
+    from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+    from testhost.world.worlds import World
 
     from . import case_cost
 

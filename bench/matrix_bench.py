@@ -11,9 +11,9 @@ from pathlib import Path
 
 from reports import counted
 from scenarios.model import load_catalog
-from testhost.certify import Options, certify, default_jobs
-from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
-from testhost.world import World
+from testhost.runs.certify import Options, certify, default_jobs
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.world.worlds import World
 
 from .figures import Figure, median_of
 
@@ -39,7 +39,7 @@ def faulted_versus_fault_free() -> list[Figure]:
 
 def implementation_start() -> list[Figure]:
     """Starting the reference adapter until its hello: forked from the fork server beside spawned afresh."""
-    from testhost.implementation import Implementation, set_launcher
+    from testhost.impl.implementation import Implementation, set_launcher
 
     unreachable = "host=127.0.0.1 port=1 dbname=none"  # the hello comes before any connection
     env = {"CRASHPROOF_RUNTIME_DSN": unreachable, "CRASHPROOF_DISPATCHER_DSN": unreachable}

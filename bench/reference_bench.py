@@ -18,9 +18,9 @@ from psycopg import sql
 from reports import counted
 
 from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, ScheduleSpec, Target
-from testhost.components import find_postgres
-from testhost.store import Store, copy_store, new_store
-from testhost.world import World
+from testhost.world.components import find_postgres
+from testhost.world.store import Store, copy_store, new_store
+from testhost.world.worlds import World
 
 from .figures import Figure, backend_cpu, median_of
 from .replay import record, replay_worker

@@ -14,7 +14,7 @@ from reports import counted
 from reports.browser import chromium
 from reports.html import Html
 from reports.report import load, summary, write
-from testhost.certify import Options, certify
+from testhost.runs.certify import Options, certify
 
 from .figures import Figure, median_of
 

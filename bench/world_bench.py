@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import psycopg
 
-from testhost.components import find_postgres
-from testhost.ports import free_port
-from testhost.workspace import Workspace
-from testhost.world import World
+from testhost.world.components import find_postgres
+from testhost.world.ports import free_port
+from testhost.world.workspace import Workspace
+from testhost.world.worlds import World
 
 from .figures import Figure, median_of
 

@@ -230,7 +230,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "expires_utc > p_claimed_at + interval '1 hour'"),),
         slice=("claim-refusals",)),
     # The claim's limits and the local scope as an implementation's own schema can break them: the schema stage
-    # (case `schema-stage`, testhost/schema_probes.py) builds the mutant's stores from its migrations and probes them.
+    # (case `schema-stage`, testhost/runs/schema_probes.py) builds the mutant's stores from its migrations and probes them.
     Mutant(
         "claim-cap-on-epoch", CLAIM_LIMITS,
         "The ten-minute cap is checked on the duration's extract(epoch), which counts a month as 30 days, not where "
@@ -559,7 +559,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "            return\n")),
         slice=("coalesce-terminal-callback",)),
     # No barrier sits between the two commits, so no fault at a barrier can separate them: only what the host reads
-    # at the barriers (testhost/barrier_facts.py) tells two transactions from one.
+    # at the barriers (testhost/case/barrier_facts.py) tells two transactions from one.
     Mutant(
         "cursor-committed-beside-decision", ONE_TRANSACTION,
         "The decision transaction records the occurrence; the cursor moves right after its COMMIT, in a transaction "

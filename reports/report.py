@@ -53,7 +53,7 @@ def fallbacks(cases: list[dict], fallback_barriers: list[str]) -> dict:
             "fallback_note": fallback_note(fallback_cases, fallback_barriers)}
 
 
-SKEW_VERDICTS = ("in-effect", "unverified", "not-in-effect")  # testhost/skew.py, best first
+SKEW_VERDICTS = ("in-effect", "unverified", "not-in-effect")  # testhost/impl/skew.py, best first
 
 
 def clock_skew(cases: list[dict]) -> dict:

@@ -1,7 +1,7 @@
 """The claim function's limits, as the readings docs/protocol-notes.md pins (24i, 24m), written independently of
 any implementation: where a lease ends (PostgreSQL's timestamptz + interval, in UTC), which lease owners are blank
 or carry a control character (Unicode properties, from Python's unicodedata), and the probes drawn from them. The
-schema stage (testhost/schema_stage.py) and explore's hostile phase (scenarios/hostile.py) send these probes; the
+schema stage (testhost/runs/schema_stage.py) and explore's hostile phase (scenarios/hostile.py) send these probes; the
 reference's own tests (tests/test_reference_claim_arguments.py) judge against the same readings.
 
 The spec's sentence: "The function rejects blank or control-character lease owners and lease durations that are

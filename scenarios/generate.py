@@ -1,5 +1,5 @@
 """Scenario programs drawn by Hypothesis from the step registry: every drawn step is a scenario step, so a
-drawn program is a scenario file (`crashproof explore`, testhost/explore.py)."""
+drawn program is a scenario file (`crashproof explore`, testhost/runs/explore.py)."""
 
 from __future__ import annotations
 
@@ -528,7 +528,7 @@ def _motif_past_frozen_instant(draw, drawn: Drawn) -> list[dict] | None:
     return steps
 
 
-# -- motifs on the edges the protocol notes declare (testhost/edges.py names each with its note) -----------------
+# -- motifs on the edges the protocol notes declare (testhost/runs/edges.py names each with its note) -----------------
 EDGE_AHEAD_S = 600  # an anchor this far past the nominal clock lies past the wall time the steps before took too
 
 
@@ -723,7 +723,7 @@ MOTIFS: dict[str, Callable[..., list[dict] | None]] = {
     "future-anchor": _motif_future_anchor,
 }
 MOTIF_WEIGHT = 6
-# The motifs aimed at an edge a note declares (testhost/edges.py) are one swarm feature, `edges`, and one choice
+# The motifs aimed at an edge a note declares (testhost/runs/edges.py) are one swarm feature, `edges`, and one choice
 # among the motifs, which then draws one of them: six more features would thin every other situation's share.
 EDGE_MOTIFS = ("lateness-on-window", "single-instant-on-cutoff", "update-behind-cursor", "update-on-cursor",
                "future-anchor")

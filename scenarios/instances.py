@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 # The copies of the implementation a case may start: "A" runs every step, "B" races it, "takeover" drains
-# what a paused copy leased (testhost/faults.py).
+# what a paused copy leased (testhost/faults/catalog.py).
 INSTANCE_LABELS = ("A", "B", "takeover")
 INSTANCE_FIELDS = {"clock_offset": str, "command": str, "environment": dict, "runtime_login": str}
-# What a copy's runtime DSN may log in as instead of the runtime role (testhost/bridge_role.py makes the role): a
+# What a copy's runtime DSN may log in as instead of the runtime role (testhost/judge/bridge_role.py makes the role): a
 # mere member of it (every pass refused), or a login whose default role it is (its passes run until a step takes the
 # role away, `demote_after_decision`). Only copy B: A runs the client steps, the drains and every recovery, and the
 # takeover drains a paused copy's lease.

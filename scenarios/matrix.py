@@ -129,7 +129,7 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
     an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's. With
     `sequences` (each passing fault-free run's barriers in order), a fault whose plugin names barriers that leave
     the same state is planned at the later of two such hits only."""
-    from testhost.runner import CasePlan
+    from testhost.case.runner import CasePlan
 
     plans, skipped = [], []
     any_fault = ",".join(patterns(fault) or ["*"])  # a skipped combination's fault: the filter, as one string

@@ -47,7 +47,7 @@ class Scenario:
     steps: tuple[Step, ...]
     expect: dict[str, dict[str, Any]]
     # False opts every faulted run out of the fault-free run's judges (reported not compared). The model decides
-    # that per case anyway (testhost/verdict.py); the field stays for catalogs that already say it.
+    # that per case anyway (testhost/judge/verdict.py); the field stays for catalogs that already say it.
     equivalence: bool = True
     lease_seconds: float = 2.0
     # Move the server clock forward this many seconds inside the first bridge transaction (docs/crash-matrix.md).

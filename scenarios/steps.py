@@ -24,8 +24,8 @@ from .errors import StepError, TimeError
 from .times import relative
 
 if TYPE_CHECKING:
-    from testhost.replay import Replay
-    from testhost.runner import CaseRun
+    from testhost.judge.replay import Replay
+    from testhost.case.runner import CaseRun
 
     from .model import Step
 
@@ -135,7 +135,7 @@ class StepKind:
 
     def replay(self, replay: "Replay", step: "Step", skip: frozenset) -> None:
         """The step in the model alone, on the scenario's nominal clock (`crashproof scenarios --lint` and the
-        verdict's replays; testhost/replay.py). `skip`: schedules a pass claimed but a fault left undecided."""
+        verdict's replays; testhost/judge/replay.py). `skip`: schedules a pass claimed but a fault left undecided."""
         raise NotImplementedError
 
     def claims(self, step: "Step") -> int | None:
@@ -190,7 +190,7 @@ class ClientStep(StepKind):
             raise StepError("a stale revision must be refused: stale_revision needs expect = \"fail\"")
 
     def run(self, case, step):
-        from testhost import commands
+        from testhost.judge import commands
 
         # Only a step expected refused is read whole before and after: one that should apply and is refused
         # fails its check anyway, and a read of every table around every command would cost every case.
@@ -250,7 +250,7 @@ class DefinitionStep(ClientStep):
     def model(self, case, step):
         """The model takes the same command; a new generation's acceptance time is the server's, read back
         (with its command's, for the observation)."""
-        from testhost.commands import GENERATION_SQL
+        from testhost.judge.commands import GENERATION_SQL
 
         with case.owner() as conn:
             row = conn.execute(GENERATION_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
@@ -260,7 +260,7 @@ class DefinitionStep(ClientStep):
         return row
 
     def observe(self, case, step, read, before, window):
-        from testhost import commands
+        from testhost.judge import commands
 
         facts = case.command_facts
         if read is None:
@@ -273,7 +273,7 @@ class DefinitionStep(ClientStep):
             commands.persisted(step.index + 1, self.operation, spec_to_wire(step.args["spec"]), read))
 
     def apply(self, model, step, now):
-        from testhost.replay import generation_of
+        from testhost.judge.replay import generation_of
 
         generation = generation_of(step.args["spec"], now)
         (model.create if self.operation == "create" else model.update)(step.args["schedule"], generation)
@@ -395,14 +395,14 @@ lifecycle = "active"
         model.release(step.args["schedule"])
 
     def before(self, case, step):
-        from testhost.commands import FENCES_SQL
+        from testhost.judge.commands import FENCES_SQL
 
         with case.owner() as conn:
             row = conn.execute(FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
         return dict(row) if row else None
 
     def observe(self, case, step, read, before, window):
-        from testhost import commands
+        from testhost.judge import commands
 
         after = self.before(case, step)
         case.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
@@ -589,7 +589,7 @@ class Pass(StepKind):
             STEPS[beside[2].op].replay(replay, beside[2], frozenset())
 
 
-# Privileges a pass may run without (testhost/bridge_role.py REVOCABLE holds the SQL): the host revokes one from the
+# Privileges a pass may run without (testhost/judge/bridge_role.py REVOCABLE holds the SQL): the host revokes one from the
 # runtime role for that pass alone and grants it back once the pass answered.
 REVOCABLE = ("set-local-scope",)
 REVOKE = Field("revoke", (str,), "run the pass with this privilege revoked from the runtime role, granted back once "

@@ -9,8 +9,9 @@ import sys
 from reports import counted
 from scenarios.model import ScenarioError
 
+from testhost.world.workspace import Workspace
+
 from .errors import TestHostError
-from .workspace import Workspace
 
 EXIT_CODES = """exit codes:
   0    every planned case passed
@@ -26,7 +27,7 @@ def _selection(args) -> dict:
     """The filters and case selection of certify, as Options fields."""
     from pathlib import Path
 
-    from .certify import failed_case_ids
+    from testhost.runs.certify import failed_case_ids
     cases = list(args.case or [])
     if args.rerun_failed:
         try:
@@ -39,7 +40,7 @@ def _selection(args) -> dict:
 
 
 def _jobs(value: int | None) -> int:
-    from .certify import default_jobs
+    from testhost.runs.certify import default_jobs
     if value is not None and value < 1:
         raise TestHostError(f"--jobs must be at least 1, not {value}")
     return value or default_jobs()
@@ -70,15 +71,15 @@ def _clock_offset(value: str | None):
 
 def _require_engine(args) -> None:
     if args.docker:
-        from .docker_world import require_engine
+        from testhost.world.docker_world import require_engine
         require_engine()  # a clear error, before any worker starts, where no engine answers
 
 
 def cmd_certify(args) -> int:
     from pathlib import Path
 
-    from .certify import Options, certify
-    from .shard import parse as parse_shard
+    from testhost.runs.certify import Options, certify
+    from testhost.runs.shard import parse as parse_shard
     worlds = _world_options(args)
     jobs = _jobs(args.jobs)
     selection = _selection(args)
@@ -99,8 +100,8 @@ def cmd_certify(args) -> int:
 def cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from .certify import Options
-    from .mutation import run_mutants
+    from testhost.runs.certify import Options
+    from testhost.runs.mutation import run_mutants
     try:
         code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=_jobs(args.jobs), scenario=args.scenario),
                               args.mutant, exhaustive=not args.slice_only, impl=args.impl,
@@ -114,8 +115,8 @@ def cmd_mutants(args) -> int:
 def cmd_variants(args) -> int:
     from pathlib import Path
 
-    from .certify import Options
-    from .variation import run_variants
+    from testhost.runs.certify import Options
+    from testhost.runs.variation import run_variants
     jobs = _jobs(args.jobs)
     try:
         code, _ = run_variants(Options(report_dir=Path(args.report_dir), jobs=jobs), args.variant,
@@ -134,7 +135,7 @@ def cmd_barriers(args) -> int:
 
 
 def cmd_coverage(args) -> int:
-    from . import coverage
+    from testhost.runs import coverage
     wrong = coverage.problems()
     if wrong:
         raise TestHostError(f"docs/certification.md is not true ({counted(len(wrong), 'problem')}; tests/test_certification.py "
@@ -144,7 +145,7 @@ def cmd_coverage(args) -> int:
     for klass in coverage.CLASSES:
         print(f"  {klass:14} {found['counts'][klass]:3}")
     if found["edges"]:
-        print("edges the protocol notes declare without their proof (testhost/edges.py):")
+        print("edges the protocol notes declare without their proof (testhost/runs/edges.py):")
         for name, missing in found["edges"]:
             print(f"  {name}: {'; '.join(missing)}")
     if args.unproven and found["unproven"]:
@@ -172,7 +173,7 @@ def cmd_scenarios(args) -> int:
     if args.action == "import":
         return cmd_import(args)
     if args.lint:
-        from .lint import lint
+        from testhost.runs.lint import lint
         warnings = [w for s in scenarios for w in lint(s)]
         for warning in warnings:
             print(f"warning: {warning.line()}")
@@ -185,7 +186,7 @@ def cmd_scenarios(args) -> int:
             for label, instance in s.instances.items():
                 print(f"{'':32} instance {label}: {instance.to_json()}")
         return 0
-    from .certify import Options, census
+    from testhost.runs.certify import Options, census
     worlds = _world_options(args)
     _require_engine(args)
     failed: list[dict] = []
@@ -208,7 +209,7 @@ def cmd_scenarios(args) -> int:
 def cmd_explore(args) -> int:
     from pathlib import Path
 
-    from .explore import Options, explore
+    from testhost.runs.explore import Options, explore
     duration = None
     if args.duration:
         from scenarios.instances import DurationError, parse_duration
@@ -221,7 +222,7 @@ def cmd_explore(args) -> int:
     if args.hostile is not None and args.hostile < 0:
         raise TestHostError("--hostile must be 0 (no hostile phase) or more")
     if args.replay_hostile:
-        from .hostile import replay
+        from testhost.runs.hostile import replay
         return replay(Path(args.replay_hostile), args.impl)  # the file's own --impl unless one is given
     worlds = _world_options(args)
     _require_engine(args)
@@ -235,7 +236,7 @@ def cmd_explore(args) -> int:
 def cmd_import(args) -> int:
     from pathlib import Path
 
-    from .scenario_import import import_scenario
+    from testhost.runs.scenario_import import import_scenario
     if not args.file:
         raise TestHostError("scenarios import needs a FILE (a scenario explore wrote)")
     catalog = Path(args.catalog[0]) if args.catalog else None
@@ -245,10 +246,10 @@ def cmd_import(args) -> int:
 
 
 def cmd_world(args) -> int:
-    from .world import World, describe_state, load_state, save_state, teardown_state
+    from testhost.world.worlds import World, describe_state, load_state, save_state, teardown_state
     workspace = Workspace()
     if args.action == "up":
-        from .world import state_file
+        from testhost.world.worlds import state_file
         if state_file(workspace, args.name).exists():
             raise TestHostError(f"a world named {args.name} is already up; `crashproof world down --name {args.name}` first")
         world = World(args.name, workspace=workspace, pg_port=args.port, tie_to_parent=False).up()
@@ -315,7 +316,7 @@ class _Version(argparse.Action):
 
         from scenarios.model import load_catalog
 
-        from .certify import suite_version
+        from testhost.runs.certify import suite_version
         try:
             package = version("crashproof")
         except PackageNotFoundError:
@@ -463,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "each failure shrunk to a scenario file", epilog=EXIT_CODES,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     exploring.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
-    from .explore_search import PROFILES
+    from testhost.runs.explore_search import PROFILES
     exploring.add_argument("--profile", default="ci", choices=list(PROFILES), help="; ".join(
         f"{p.name}: {p.summary}" for p in PROFILES.values()))
     exploring.add_argument("--seed", type=int, help="the first job's seed (job i takes seed + i)")
@@ -496,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.run in _CONTROLLERS:  # runs that start worlds and workers: nothing of them may outlive this process
-            from .orphans import watched_run
-            from .workspace import default_root
+            from testhost.world.orphans import watched_run
+            from testhost.world.workspace import default_root
             with watched_run(default_root() / "worlds"):
                 return args.run(args)
         return args.run(args)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .runner import REFERENCE_COMMAND, CasePlan
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan
 
 
 def pytest_addoption(parser):
@@ -68,7 +68,7 @@ DEFAULT_CACHE_DIR = ".pytest_cache"
 
 def cache_dir(rootpath: Path) -> Path:
     """pytest's cache (`--lf`) for runs in `rootpath`: under CRASHPROOF_HOME, one per folder, never in it."""
-    from .workspace import Workspace
+    from testhost.world.workspace import Workspace
     return Workspace().root / "pytest-cache" / hashlib.sha256(str(rootpath).encode()).hexdigest()[:16]
 
 
@@ -90,7 +90,7 @@ def pytest_report_header(config):
         return None
     from reports.report import which_code_text
 
-    from .provenance import resolve
+    from testhost.impl.provenance import resolve
     command = config.getoption("crashproof_impl")
     return which_code_text({"command": command, "code": resolve(command)})
 
@@ -103,7 +103,7 @@ def _item_name(plan: CasePlan) -> str:
 
 
 def _census_rows(config) -> list[list]:
-    from .certify import Options, census
+    from testhost.runs.certify import Options, census
     command, scenario, barrier, fault = (config.getoption(o) for o in (
         "crashproof_impl", "crashproof_scenario", "crashproof_barrier", "crashproof_fault"))
     plans, _ = census(Options(command=command, scenario=scenario, barrier=barrier, fault=fault))
@@ -116,7 +116,7 @@ def _census_file(config) -> Path | None:
     run = getattr(config, "workerinput", {}).get("testrunuid")
     if not run:
         return None
-    from .workspace import Workspace
+    from testhost.world.workspace import Workspace
     root = Workspace().root
     root.mkdir(parents=True, exist_ok=True)
     return root / f"pytest-census-{run}.json"
@@ -236,7 +236,7 @@ class _Session:
         self.config = config
         self.world = None
         self.baselines: dict[str, dict] = {}
-        from .workspace import Workspace
+        from testhost.world.workspace import Workspace
         root = Workspace().root
         root.mkdir(parents=True, exist_ok=True)
         self.log_dir = Path(tempfile.mkdtemp(prefix="pytest-logs-", dir=root))  # removed at session finish
@@ -250,8 +250,8 @@ class _Session:
         return config.stash[cls.key]
 
     def run(self, plan: CasePlan):
-        from .runner import run_case
-        from .world import World
+        from testhost.case.runner import run_case
+        from testhost.world.worlds import World
         if self.world is None:
             worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
             self.world = World(f"pytest-{worker}", network_optional=True).up()

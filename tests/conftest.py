@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from testhost.world import World
+from testhost.world.worlds import World
 
 settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -50,7 +50,7 @@ def fresh_world():
 @pytest.fixture
 def store(world):
     """A fresh database with the whole protocol schema, cloned from the world's migrated template."""
-    from testhost.store import new_store
+    from testhost.world.store import new_store
     world.clock.reset()  # tests in a module share the world; each starts on real time
     fresh = new_store(world)
     fresh.ensure_partitions()

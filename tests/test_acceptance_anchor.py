@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 from mutants.catalog import ACCEPTANCE_ANCHOR
 from scenarios.model import load_catalog
-from testhost.checks import CHECKS, acceptance_anchor
-from testhost.model import Generation
-from testhost.runner import CasePlan, run_case
-from testhost.state import StoreState
+from testhost.judge.checks import CHECKS, acceptance_anchor
+from testhost.judge.model import Generation
+from testhost.case.runner import CasePlan, run_case
+from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, 9, 0, 0, 123456, tzinfo=timezone.utc)
 S = uuid.UUID("00000000-0000-4000-8000-000000000001")

@@ -8,8 +8,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from barriers.protocol import ENVIRONMENT
-from testhost import runner, schema_version
-from testhost.adapter_env import adapter_environment, dsn_uri, seconds_text
+from testhost.case import runner
+from testhost.runs import schema_version
+from testhost.impl.adapter_env import adapter_environment, dsn_uri, seconds_text
 
 DECIMAL = re.compile(r"^[0-9]+\.[0-9]+$")
 
@@ -17,7 +18,7 @@ DECIMAL = re.compile(r"^[0-9]+\.[0-9]+$")
 def test_the_host_passes_exactly_the_documented_variables():
     env = adapter_environment("host=127.0.0.1 port=1 dbname=d user=r", "host=127.0.0.1 port=1 dbname=d user=q",
                               "tenant-a", 2.0)
-    # CRASHPROOF_BARRIERS is added by each start itself (testhost/implementation.py)
+    # CRASHPROOF_BARRIERS is added by each start itself (testhost/impl/implementation.py)
     assert set(env) | {"CRASHPROOF_BARRIERS"} == {v.name for v in ENVIRONMENT}
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from scenarios.model import load_catalog
-from testhost.barrier_facts import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, BarrierFacts, changes
-from testhost.checks import CHECKS
-from testhost.runner import CasePlan, run_case
+from testhost.case.barrier_facts import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, BarrierFacts, changes
+from testhost.judge.checks import CHECKS
+from testhost.case.runner import CasePlan, run_case
 
 S = "00000000-0000-4000-8000-000000000001"
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
@@ -190,7 +190,7 @@ def test_a_second_runtime_transaction_open_at_the_decision_barrier_fails_the_rol
     a runtime session that holds a transaction ID while the reference's decision waits at its barrier."""
     import psycopg
 
-    import testhost.barrier_facts as facts_module
+    import testhost.case.barrier_facts as facts_module
 
     read, opened = facts_module.BarrierFacts._read, []
 

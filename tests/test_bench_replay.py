@@ -15,7 +15,7 @@ import pytest
 from bench.reference_bench import _collect, _PgBench
 from bench.replay import _Client, record, replay_worker, segment
 from reference import ScheduleClient
-from testhost.store import copy_store
+from testhost.world.store import copy_store
 
 from protocol_helpers import every
 

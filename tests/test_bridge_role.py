@@ -13,11 +13,11 @@ import pytest
 from scenarios.matrix import expand
 from scenarios.model import ScenarioError, load_catalog, parse
 from scenarios.steps import pass_denial
-from testhost import bridge_role
-from testhost.checks import CHECKS
-from testhost.faults import FAULTS
-from testhost.runner import CasePlan, run_case, store_pool
-from testhost.store import Snapshot, StoreChanged, new_store, reset_store
+from testhost.judge import bridge_role
+from testhost.judge.checks import CHECKS
+from testhost.faults.catalog import FAULTS
+from testhost.case.runner import CasePlan, run_case, store_pool
+from testhost.world.store import Snapshot, StoreChanged, new_store, reset_store
 
 ROOT = Path(__file__).resolve().parent.parent
 GO = str(ROOT / "examples" / "go" / "run.sh")

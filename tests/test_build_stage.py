@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from testhost import build_stage
-from testhost.build_stage import BuildStageFailed
-from testhost.certify import Options, certify
-from testhost.processes import group_members
+from testhost.impl import build_stage
+from testhost.impl.build_stage import BuildStageFailed
+from testhost.runs.certify import Options, certify
+from testhost.world.processes import group_members
 
 BUILD_S = 6  # longer than the hello timeout the test sets: a case's start could not have built it
 
@@ -91,7 +91,7 @@ def test_a_build_that_never_ends_stops_the_run_and_leaves_no_process(tmp_path, m
 
 
 def test_explore_runs_the_build_stage_too(tmp_path):
-    from testhost.explore import Options as ExploreOptions, explore
+    from testhost.runs.explore import Options as ExploreOptions, explore
     launcher = _launcher(tmp_path, "#!/bin/sh\necho 'error: linking with `cc` failed' >&2\nexit 1\n")
     with pytest.raises(BuildStageFailed, match=r"^build stage: .*exited with status 1 before its hello; its last "
                                                r"stderr line: error: linking with `cc` failed"):

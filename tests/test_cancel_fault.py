@@ -10,9 +10,9 @@ import pytest
 
 from scenarios.matrix import expand
 from scenarios.model import load_catalog, parse
-from testhost.checks import CHECKS, cancel_retried
-from testhost.faults import FAULTS
-from testhost.runner import CasePlan, run_case
+from testhost.judge.checks import CHECKS, cancel_retried
+from testhost.faults.catalog import FAULTS
+from testhost.case.runner import CasePlan, run_case
 
 SENTENCE = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
             "retry only after rollback.")

@@ -14,9 +14,9 @@ from mutants.catalog import BY_NAME
 from scenarios.errors import ScenarioError
 from scenarios.matrix import expand
 from scenarios.model import load_catalog, parse
-from testhost.cancel_pass import CANCEL_PASS, CancelPlan, keeps_committed, lost
-from testhost.checks import CHECKS, pass_bounded
-from testhost.runner import CasePlan, run_case
+from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan, keeps_committed, lost
+from testhost.judge.checks import CHECKS, pass_bounded
+from testhost.case.runner import CasePlan, run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
 SENTENCE = "Cancellation does not roll back a committed Schedule fact."
@@ -160,7 +160,7 @@ def test_a_fault_free_scenario_plans_no_faulted_case_and_says_why():
     scenario = parse("ff", _scenario("", "fault_free = true\n"))
     assert scenario.fault_free
     census = {"ff": {"schedule-claim-before-commit": 1, "schedule-link-after-commit": 1}}
-    from testhost.faults import FAULTS
+    from testhost.faults.catalog import FAULTS
     plans, skipped = expand([scenario], census, FAULTS)
     assert plans == []
     assert {s.barrier for s in skipped if "fault-free only" in s.reason} == set(census["ff"])

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 from mutants.catalog import MUTANTS
-from testhost import coverage
-from testhost.checks import CHECKS
-from testhost.edges import EDGES, Edge
+from testhost.runs import coverage
+from testhost.judge.checks import CHECKS
+from testhost.runs.edges import EDGES, Edge
 from testhost.cli import main
-from testhost.patch_mutants import preamble
-from testhost.sentences import REPO
+from testhost.runs.patch_mutants import preamble
+from testhost.runs.sentences import REPO
 
 SAMPLE_SPEC = "Title\n\nA heading\n\nFirst rule here. Second rule here. Third rule here. Fourth rule here.\n"
 
@@ -103,7 +103,7 @@ def test_enforced_means_a_cited_mutant_breaks_the_sentence_or_one_of_its_clauses
 
 def test_every_edge_a_note_declares_has_its_note_scenario_draw_and_mutant():
     found = {name: missing for name, missing in coverage.summary()["edges"]}
-    assert not found, "edges of testhost/edges.py without their proof:\n" + "\n".join(
+    assert not found, "edges of testhost/runs/edges.py without their proof:\n" + "\n".join(
         f"{name}: {'; '.join(missing)}" for name, missing in found.items())
     assert {e.sentence for e in EDGES} <= set(coverage.spec_sentences())
 
@@ -127,7 +127,7 @@ def test_a_note_declaring_an_edge_the_registry_lacks_is_reported(tmp_path):
                     "7. **At after acceptance.** An At equal to its acceptance is refused (edge `at-on-acceptance`).\n"
                     "## Next\n\n8. **Update.** Nothing here.\n")
     assert coverage.marker_problems(page) == [
-        ("note 7", ["declares edge at-on-acceptance, which testhost/edges.py does not register"])]
+        ("note 7", ["declares edge at-on-acceptance, which testhost/runs/edges.py does not register"])]
     assert set(coverage.notes(page)) == {("3", "Safety window."), ("7", "At after acceptance."), ("8", "Update.")}
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from testhost.build_stage import BuildStageFailed
-from testhost.certify import Options, certify
-from testhost.processes import group_members, is_alive
+from testhost.impl.build_stage import BuildStageFailed
+from testhost.runs.certify import Options, certify
+from testhost.world.processes import group_members, is_alive
 
 ADAPTERS = Path(__file__).parent / "adapters"
 BROKEN = ADAPTERS / "broken.py"
@@ -32,7 +32,7 @@ def survivors(report: dict) -> list[int]:
     return [p for pid in pids for p in {*group_members(pid), *([pid] if is_alive(pid) else [])}]
 
 
-# What the build stage says of a spawned adapter that never gets to its hello (testhost/build_stage.py).
+# What the build stage says of a spawned adapter that never gets to its hello (testhost/impl/build_stage.py).
 BEFORE_HELLO = {"crash-at-start": "build stage: .* did not start: the implementation exited with status 3 before its "
                                   "hello; its last stderr line: (broken: giving up at start|wrapper: the adapter "
                                   "exited with status 3)",

@@ -16,7 +16,7 @@ from scenarios.claim_limits import (END_EDGES, MONTHS, TEN_MINUTES_US, US_PER_DA
                                     control_owners, draws, lawful_owners, landing, lease_end, lease_offset,
                                     lease_refusal, mixed_leases, owner_classes, owner_refusal)
 from scenarios.hostile import CLAIM_DAY, LEASES, hostile_claim
-from testhost.schema_probes import claim_probes, sql_literal
+from testhost.runs.schema_probes import claim_probes, sql_literal
 
 UTC = timezone.utc
 WORLD = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

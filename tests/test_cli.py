@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testhost.processes import pids_with_cwd_or_arg
+from testhost.world.processes import pids_with_cwd_or_arg
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The checks on client commands (testhost/commands.py, and the refusals judged by `client-outcomes` and
+"""The checks on client commands (testhost/judge/commands.py, and the refusals judged by `client-outcomes` and
 `step-outcomes`): the pure checks on written-out rows, the problem registry PROTOCOL.md lists, the steps' new
 fields, and real cases where each check passes the reference and the host's fallbacks and fires on its mutant."""
 
@@ -13,10 +13,10 @@ import pytest
 
 from barriers.protocol import PROBLEMS, problem_name
 from scenarios.model import ScenarioError, Step, load_catalog, parse
-from testhost import commands
-from testhost.checks import CHECKS, client_outcomes
-from testhost.implementation import Response
-from testhost.runner import CasePlan, run_case
+from testhost.judge import commands
+from testhost.judge.checks import CHECKS, client_outcomes
+from testhost.impl.implementation import Response
+from testhost.case.runner import CasePlan, run_case
 
 REPO = Path(__file__).resolve().parent.parent
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from testhost.clock import NoClock
+from testhost.world.clock import NoClock
 from testhost.errors import ClockUnavailable
 
 TOLERANCE = timedelta(seconds=5)
@@ -89,7 +89,7 @@ def test_a_cached_clock_still_moves_every_connection_and_the_server_runs_with_th
     """The benchmarks' clock (libfaketime caching its reading for a second): a move returns only once every
     process has read it, so an existing session and a new one both see it; the server runs with the cache,
     not with a read of the file at every clock call."""
-    from testhost.world import World
+    from testhost.world.worlds import World
 
     with World("cached-clock", clock_cache_seconds=1) as world:
         with open(f"/proc/{world.cluster.pid}/environ", "rb") as environ:
@@ -108,7 +108,7 @@ def test_a_cached_clock_still_moves_every_connection_and_the_server_runs_with_th
 
 
 def test_a_negative_clock_cache_is_refused(tmp_path):
-    from testhost.clock import ServerClock
+    from testhost.world.clock import ServerClock
 
     with pytest.raises(ValueError, match="cache_seconds"):
         ServerClock(tmp_path / "clock", cache_seconds=-1)
@@ -189,7 +189,7 @@ def _run_under(library, program, offset, timeout):
 
 
 def test_the_server_clock_library_survives_a_signal_handler_that_reads_the_clock(tmp_path):
-    from testhost.components import find_libfaketime
+    from testhost.world.components import find_libfaketime
 
     program = _alarm_program(tmp_path)
     chosen = find_libfaketime()

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from protocol_helpers import every
 
-from testhost.processes import children_of, is_alive
+from testhost.world.processes import children_of, is_alive
 
 
 def _uid_of(pid: int) -> int:
@@ -97,7 +97,7 @@ def test_stores_made_ahead_survive_a_database_crash_in_the_middle(fresh_world):
     import threading
 
     from reference.sql import migrations
-    from testhost.store import StorePool
+    from testhost.world.store import StorePool
     pool = StorePool(fresh_world)
     try:
         first = pool.take()
@@ -115,7 +115,7 @@ def test_stores_made_ahead_survive_a_database_crash_in_the_middle(fresh_world):
 
 def _contents(store):
     """Every user table's rows (sorted), every sequence's position and the schema digest of a store."""
-    from testhost.store import Snapshot
+    from testhost.world.store import Snapshot
     snapshot = Snapshot.of(store)
     rows = {name: sorted(data.split(b"\n")) for name, data in snapshot.rows.items()}
     return snapshot.digest, snapshot.tables, snapshot.partitions, rows, snapshot.sequences
@@ -124,7 +124,7 @@ def _contents(store):
 @contextmanager
 def _pool_beside_a_fresh_clone(world):
     """A store pool, and a store cloned fresh to compare what the pool hands out with."""
-    from testhost.store import StorePool, new_store
+    from testhost.world.store import StorePool, new_store
 
     pool = StorePool(world)
     fresh = new_store(world)
@@ -195,7 +195,7 @@ def test_a_store_whose_schema_changed_is_replaced_not_reset(fresh_world):
 
 def test_a_store_that_cannot_be_reached_for_reset_is_replaced(fresh_world):
     """A reset that fails (here: its database is gone, as after a crash mid-reset) yields a new clone."""
-    from testhost.store import Store, StorePool
+    from testhost.world.store import Store, StorePool
 
     pool = StorePool(fresh_world)
     try:
@@ -227,7 +227,7 @@ def test_a_reset_rolls_back_a_transaction_the_case_left_prepared(fresh_world):
 def test_a_session_that_will_not_end_makes_the_reset_refuse(fresh_world):
     """A backend that ignores termination (here: stopped) leaves the store unsafe to reuse."""
     import signal
-    from testhost.store import Snapshot, StoreChanged, new_store, reset_store
+    from testhost.world.store import Snapshot, StoreChanged, new_store, reset_store
 
     store = new_store(fresh_world)
     snapshot = Snapshot.of(store)
@@ -244,7 +244,7 @@ def test_a_session_that_will_not_end_makes_the_reset_refuse(fresh_world):
 
 
 def test_a_reset_spares_the_verifiers_idle_session_and_ends_one_left_in_a_transaction(fresh_world):
-    from testhost.store import Snapshot, new_store, reset_store
+    from testhost.world.store import Snapshot, new_store, reset_store
 
     store = new_store(fresh_world)
     try:
@@ -272,7 +272,7 @@ def test_a_reset_spares_the_verifiers_idle_session_and_ends_one_left_in_a_transa
 
 def test_a_pool_for_cases_holds_the_history_partitions_of_their_start(fresh_world):
     from datetime import datetime, timezone
-    from testhost.store import StorePool
+    from testhost.world.store import StorePool
 
     offset = fresh_world.clock.offset
     pool = StorePool(fresh_world, history_at=datetime(2031, 12, 3, tzinfo=timezone.utc))
@@ -310,7 +310,7 @@ def test_a_crashed_servers_pid_file_is_not_taken_for_the_new_servers_readiness(f
 def test_a_copied_store_holds_the_rows_and_grants_of_its_original_and_lives_apart(world):
     """The reference benchmark replays on a copy made while the original's own kept sessions were open."""
     from reference import ScheduleClient
-    from testhost.store import copy_store, new_store
+    from testhost.world.store import copy_store, new_store
 
     original = new_store(world)
     copy = None
@@ -340,7 +340,7 @@ def _segments() -> dict[int, dict]:
 
 
 def test_a_world_going_down_takes_its_postmasters_segment_with_it():
-    from testhost.world import World
+    from testhost.world.worlds import World
 
     world = World("segment").up()
     try:
@@ -360,7 +360,7 @@ def test_the_sweep_removes_only_unattached_segments_whose_creator_is_gone(tmp_pa
     import ctypes
     import subprocess
 
-    from testhost.cluster import sweep_stale_segments
+    from testhost.world.cluster import sweep_stale_segments
 
     libc = ctypes.CDLL(None, use_errno=True)
     made = [libc.shmget(0, 56, 0o1000 | 0o600) for _ in range(4)]  # IPC_PRIVATE, IPC_CREAT

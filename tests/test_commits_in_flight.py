@@ -5,9 +5,9 @@ import time
 
 import psycopg
 
-from testhost.runner import await_commits_in_flight
-from testhost.sessions import KeptSession
-from testhost.store import RUNTIME
+from testhost.case.runner import await_commits_in_flight
+from testhost.world.sessions import KeptSession
+from testhost.world.store import RUNTIME
 
 
 def test_the_wait_ends_when_the_open_transaction_commits_and_gives_up_at_its_bound(store):

@@ -11,10 +11,10 @@ import pytest
 
 from barriers.protocol import COUNTS
 from scenarios.model import ScenarioError, load_catalog, parse
-from testhost.checks import COUNT_FACTS, CHECKS, counts_not_compared, process_counts, work_own_clock
-from testhost.identity import expected_work
-from testhost.runner import CasePlan, run_case
-from testhost.state import StoreState
+from testhost.judge.checks import COUNT_FACTS, CHECKS, counts_not_compared, process_counts, work_own_clock
+from testhost.judge.identity import expected_work
+from testhost.case.runner import CasePlan, run_case
+from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
 S = uuid.UUID("00000000-0000-4000-8000-000000000001")

@@ -8,9 +8,9 @@ import sys
 from barriers import CATALOG
 from scenarios.matrix import expand
 from scenarios.model import is_builtin, load_catalog
-from testhost.certify import Options, census, certify
-from testhost.checks import CRASH_DURABILITY, crash_durability
-from testhost.faults import DB_CRASH_SCENARIOS, FAULTS
+from testhost.runs.certify import Options, census, certify
+from testhost.judge.checks import CRASH_DURABILITY, crash_durability
+from testhost.faults.catalog import DB_CRASH_SCENARIOS, FAULTS
 
 CASE = "at-single/schedule-decision-after-commit/db-crash/1"
 

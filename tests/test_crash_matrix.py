@@ -7,9 +7,9 @@ from pathlib import Path
 from barriers import CATALOG
 from reports.report import validate
 from scenarios.model import load_catalog
-from testhost.certify import Options, certify
-from testhost.faults import FAULTS
-from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.runs.certify import Options, certify
+from testhost.faults.catalog import FAULTS
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
 
 ADAPTERS = Path(__file__).parent / "adapters"
 
@@ -65,7 +65,7 @@ def test_an_implementation_that_skips_a_barrier_fails_certification(tmp_path):
 
 def test_history_partitions_follow_the_clock_across_months(world, tmp_path):
     from datetime import datetime, timedelta, timezone
-    from testhost.runner import CaseRun, store_pool
+    from testhost.case.runner import CaseRun, store_pool
 
     scenario = next(s for s in load_catalog() if s.name == "at-single")
     run = CaseRun(world, scenario, CasePlan("at-single"), REFERENCE_COMMAND, tmp_path)

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import DEFINITION_ROW
 from scenarios.model import load_catalog
-from testhost.checks import CHECKS, definition_revision
-from testhost.runner import CasePlan, run_case
-from testhost.state import StoreState
+from testhost.judge.checks import CHECKS, definition_revision
+from testhost.case.runner import CasePlan, run_case
+from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
 S = "00000000-0000-4000-8000-000000000001"

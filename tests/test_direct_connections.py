@@ -7,9 +7,9 @@ from pathlib import Path
 from psycopg.conninfo import conninfo_to_dict
 
 from scenarios.model import load_catalog
-from testhost.faults import FAULTS
-from testhost.runner import CasePlan, run_case
-from testhost.world import NETWORK
+from testhost.faults.catalog import FAULTS
+from testhost.case.runner import CasePlan, run_case
+from testhost.world.worlds import NETWORK
 
 COMMAND = f"{sys.executable} -m tests.adapters.environment_report"
 

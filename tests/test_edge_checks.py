@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import CUTOFF, HIGH_WATER, NEVER_REWRITES
 from scenarios.model import load_catalog
-from testhost.barrier_facts import BarrierFacts
-from testhost.checks import CHECKS, cursor_high_water, generations_unchanged, pass_decides_due
-from testhost.runner import CasePlan, run_case
-from testhost.state import StoreState
+from testhost.case.barrier_facts import BarrierFacts
+from testhost.judge.checks import CHECKS, cursor_high_water, generations_unchanged, pass_decides_due
+from testhost.case.runner import CasePlan, run_case
+from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
 S = "00000000-0000-4000-8000-000000000001"

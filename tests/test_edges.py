@@ -11,7 +11,7 @@ import pytest
 from mutants import BY_NAME, migrations_dir
 from scenarios.generate import MOTIFS, motif_programs, scenario_toml
 from testhost.cli import main
-from testhost.edges import EDGES
+from testhost.runs.edges import EDGES
 
 DRAWN = [(edge, draw) for edge in EDGES for draw in edge.draws if draw in MOTIFS]
 MOTIF_NAMES = sorted({draw for _, draw in DRAWN})
@@ -70,7 +70,7 @@ def test_a_motif_on_its_edge_catches_each_mutant_of_the_edge_naming_its_sentence
 def test_explore_meets_each_edge_before_any_drawn_program(tmp_path):
     """The edge sweep runs every edge motif's programs first: a mutant off by one at the safety window's edge is
     found with no program drawn at all, and the find replays like any other."""
-    from testhost.explore import Options, explore
+    from testhost.runs.explore import Options, explore
     mutant = BY_NAME["window-equal-suspends"]
     code, report = explore(Options(command=mutant.command, max_examples=1, hostile=0, out=tmp_path / "found",
                                    report_dir=tmp_path / "report", progress=lambda line: None))

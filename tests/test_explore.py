@@ -27,10 +27,10 @@ from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GE
                                  scenario_programs, scenario_toml, toml_value)
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
-from testhost.explore import Options, explore, progress_line, reproduced_line
-from testhost.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
-from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
-from testhost.scenario_import import case_of, import_scenario
+from testhost.runs.explore import Options, explore, progress_line, reproduced_line
+from testhost.runs.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.runs.scenario_import import case_of, import_scenario
 
 DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "
                  "the immutable occurrence.")
@@ -311,7 +311,7 @@ def test_a_failure_that_did_not_fail_again_afresh_says_so_in_its_file():
 def test_a_hostile_store_not_refused_is_written_with_each_wrong_thing_on_a_line(tmp_path):
     """An answer is told by its outcome and retriable flag, a barrier reported or a changed table as its evidence;
     a store refused as it must be writes nothing."""
-    from testhost.explore import store_finding
+    from testhost.runs.explore import store_finding
 
     options = Options(command="./impl", out=tmp_path)
     refused = {"id": "schema-version", "verdict": "pass", "checks": [], "reason": ""}
@@ -484,8 +484,8 @@ def test_a_store_without_the_schedule_migration_taken_for_a_transient_failure_is
 def test_certify_says_when_a_find_replays_with_other_code_than_found_it(tmp_path):
     """A find's file records the code that found it; certify, replaying it with that --impl, names what differs
     (here its package digest, as after an edit) on standard error and in the report, and judges as ever."""
-    from testhost import provenance
-    from testhost.certify import Options as CertifyOptions, certify
+    from testhost.impl import provenance
+    from testhost.runs.certify import Options as CertifyOptions, certify
 
     code = provenance.resolve(REFERENCE_COMMAND)
     found_with = dict(code, module_sha256="0" * 64)
@@ -629,7 +629,7 @@ def test_the_mutant_sweep_writes_a_row_for_a_run_the_harness_failed_and_goes_on(
     """A world that does not come up (a Toxiproxy that never answered, under load) ends that mutant's explore with
     exit 3 and no report: the sweep says so in its row and sweeps the next mutant."""
     import bench.explore_bench as sweep
-    import testhost.explore as explore_module
+    import testhost.runs.explore as explore_module
     calls = []
 
     def failing_explore(options):
@@ -654,7 +654,7 @@ def test_the_mutant_sweep_names_a_mutant_by_its_rule_or_one_its_entry_shows_it_b
     """safety-window-ignored breaks both sides of a configured window (`also`): a find under the anomaly sentence
     names it, though not by its own rule; a find under neither does not."""
     import bench.explore_bench as sweep
-    import testhost.explore as explore_module
+    import testhost.runs.explore as explore_module
     find = {"case": "explore-x", "checks": checks, "steps": 3, "steps_to_failure": 9, "examples_to_failure": 2,
             "replayed": {"runs": 2, "reproduced": 2}}
     report = {"run": {"explore": {"found": [find], "hostile": {"found": []}}},

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from testhost.errors import ClockUnavailable
-from testhost.world import CLOCK, DB_CRASH, NETWORK, ExternalWorld
+from testhost.world.worlds import CLOCK, DB_CRASH, NETWORK, ExternalWorld
 
 
 def test_external_world_proxies_and_refuses_clock_moves(world):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from testhost import forkserver
-from testhost.implementation import Implementation, launcher_for, set_launcher
+from testhost.impl import forkserver
+from testhost.impl.implementation import Implementation, launcher_for, set_launcher
 
 PROBE = [sys.executable, "-m", "tests.adapters.probe", "first", "second"]
 
@@ -83,7 +83,7 @@ def test_a_preload_that_cannot_be_imported_is_a_clear_error(tmp_path):
 
 
 def test_an_implementation_falls_back_to_spawn_when_the_fork_server_cannot_start(tmp_path, monkeypatch):
-    monkeypatch.setattr("testhost.implementation.PRELOAD", ("no_such_module_for_crashproof",))
+    monkeypatch.setattr("testhost.impl.implementation.PRELOAD", ("no_such_module_for_crashproof",))
     command = f"{sys.executable} -m reference.adapter"
     unreachable = "host=127.0.0.1 port=1 dbname=none"  # hello comes before any connection
     env = {"CRASHPROOF_RUNTIME_DSN": unreachable, "CRASHPROOF_DISPATCHER_DSN": unreachable}

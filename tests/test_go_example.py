@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from barriers import CATALOG
-from testhost.certify import Options, certify
-from testhost.faults import FAULTS
+from testhost.runs.certify import Options, certify
+from testhost.faults.catalog import FAULTS
 
 RUN = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
 SCENARIO = "at-single"  # one claim, one decision, one bridge: every processor barrier once

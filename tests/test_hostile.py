@@ -17,10 +17,10 @@ from reference import wire
 from reference.model import check
 from reference.problems import Problem
 from scenarios.hostile import CLAIM, CLIENT_OPS, Hostile, hostile_claim, hostile_command, sweep
-from testhost.explore import Options, explore
-from testhost.hostile import (CLAIM_RULE, CLIENT_RULE, Answer, HostileRun, HostileSearch, changed, judge,
+from testhost.runs.explore import Options, explore
+from testhost.runs.hostile import (CLAIM_RULE, CLIENT_RULE, Answer, HostileRun, HostileSearch, changed, judge,
                               names_field, replay, snapshot, targets_text)
-from testhost.runner import REFERENCE_COMMAND
+from testhost.case.runner import REFERENCE_COMMAND
 
 ROOT = Path(__file__).resolve().parents[1]
 GO = str(ROOT / "examples" / "go" / "run.sh")
@@ -286,15 +286,15 @@ def test_a_negative_hostile_budget_is_a_one_line_usage_error(tmp_path):
 
 
 def test_each_job_takes_its_share_of_the_hostile_calls():
-    from testhost.explore import hostile_share
-    from testhost.explore_search import PROFILES
+    from testhost.runs.explore import hostile_share
+    from testhost.runs.explore_search import PROFILES
     shares = [hostile_share(Options(jobs=3), PROFILES["ci"], i) for i in range(3)]
     assert sum(shares) == PROFILES["ci"].hostile_examples and max(shares) - min(shares) <= 1
     assert [hostile_share(Options(jobs=2, hostile=0), PROFILES["ci"], i) for i in range(2)] == [0, 0]
 
 
 def test_a_run_whose_schedule_cannot_be_created_is_a_harness_error(world, tmp_path, monkeypatch):
-    from testhost import hostile
+    from testhost.runs import hostile
     from testhost.errors import TestHostError
     monkeypatch.setattr(hostile, "BASE_SPEC", {"kind": "every", "every_s": 0, "target": {"command": "x"}})
     run = HostileRun(world, REFERENCE_COMMAND, tmp_path / "logs")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from testhost import orphans
-from testhost.processes import group_members, is_alive, pids_with_cwd_or_arg
+from testhost.world import orphans
+from testhost.world.processes import group_members, is_alive, pids_with_cwd_or_arg
 
 # Its 10 s deadlines are what an idle machine must meet; with the suite's own processes beside it a world's removal
 # took longer (docs/ci.md, "Under load"), so `make test` runs it alone after the parallel share.
@@ -128,7 +128,7 @@ def _dead_process_id() -> str:
 
 
 def test_the_next_world_sweeps_a_world_whose_owner_is_gone_and_keeps_the_others(home):
-    from testhost.workspace import Workspace
+    from testhost.world.workspace import Workspace
     workspace = Workspace(home / "sweep")
     worlds = workspace.root / "worlds"
     abandoned, detached, alive, unowned = (worlds / name for name in ("abandoned", "detached", "alive", "unowned"))
@@ -156,7 +156,7 @@ def test_the_next_world_sweeps_a_world_whose_owner_is_gone_and_keeps_the_others(
 WATCHED = """
 import subprocess, sys, time
 from pathlib import Path
-from testhost import orphans
+from testhost.world import orphans
 worlds = Path(sys.argv[1])
 with orphans.watched_run(worlds):
     folder = worlds / "of-the-run"

@@ -3,7 +3,7 @@
 from barriers import BY_NAME, CATALOG
 from scenarios.matrix import expand, hits_for
 from scenarios.model import load_catalog
-from testhost.faults import FAULTS
+from testhost.faults.catalog import FAULTS
 
 
 def test_hits_first_and_last():
@@ -53,8 +53,8 @@ def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
     from concurrent.futures import ProcessPoolExecutor
 
     from protocol_helpers import fake_case_worker
-    from testhost.certify import Pool, Progress, run_cases
-    from testhost.runner import CasePlan
+    from testhost.runs.certify import Pool, Progress, run_cases
+    from testhost.case.runner import CasePlan
 
     pools = []
 
@@ -82,7 +82,7 @@ def test_an_aborted_pool_waits_for_its_manager_thread_so_the_exit_hook_meets_a_c
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from testhost.certify import Pool
+    from testhost.runs.certify import Pool
 
     executors = []
 
@@ -195,7 +195,7 @@ def test_a_pause_after_a_link_is_planned_only_where_the_lease_is_still_used_afte
 
 def test_a_kill_or_cut_at_the_last_barrier_of_a_request_is_planned_in_the_crash_scenarios_only():
     from scenarios.model import parse
-    from testhost.faults import DB_CRASH_SCENARIOS
+    from testhost.faults.catalog import DB_CRASH_SCENARIOS
 
     link = "schedule-link-after-commit"
     answered = _timeline(*PASS, gap_after=len(PASS) - 1)

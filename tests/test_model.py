@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta, timezone
 
-from testhost.model import Generation, Model, picture
+from testhost.judge.model import Generation, Model, picture
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)
@@ -145,7 +145,7 @@ def test_a_copied_model_is_equal_and_independent_of_its_original():
     import copy
     import dataclasses
 
-    from testhost.model import Occurrence, Schedule
+    from testhost.judge.model import Occurrence, Schedule
 
     model = Model()
     model.create("s", every())
@@ -215,7 +215,7 @@ def test_a_terminal_transition_requeues_claimable_at_its_own_time_so_a_clock_set
 
 def _straddled(kind: str):
     """An Every of 30 s from T+7s: a pass or drain at T+66.4s, which answered at T+67.5s, past the instant T+67s."""
-    from testhost.timelines import Timelines
+    from testhost.judge.timelines import Timelines
     timelines = Timelines()
     timelines.create("s1", Generation(1, "every", T, every=timedelta(seconds=30), anchor=T + timedelta(seconds=7)))
     start = T + timedelta(seconds=66.4)

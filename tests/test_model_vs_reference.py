@@ -16,10 +16,10 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, WorkStore
 from reference.model import ScheduleSpec, Target
 from scenarios.model import T0
-from testhost.checks import comparable, normalize
-from testhost.model import Generation, Model, picture
-from testhost.state import read_state
-from testhost.store import new_store
+from testhost.judge.checks import comparable, normalize
+from testhost.judge.model import Generation, Model, picture
+from testhost.judge.state import read_state
+from testhost.world.store import new_store
 
 SCOPE = "tenant-a"
 NAMES = ("s1", "s2")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mutants import MUTANTS, Edit, Mutant, MutantError, apply_edits, materialize
-from testhost.mutation import Verdict
+from testhost.runs.mutation import Verdict
 
 SPEC = "durable-schedule-protocol-v1.txt"
 

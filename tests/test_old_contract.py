@@ -11,7 +11,7 @@ from barriers.contract import VERSION
 from mutants import Edit, Mutant, materialize
 from mutants.catalog import CANCEL_PASS_REPLY
 from reports.report import outcome
-from testhost.certify import Options, certify
+from testhost.runs.certify import Options, certify
 
 pytestmark = pytest.mark.world
 

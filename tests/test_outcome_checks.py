@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from scenarios.model import load_catalog
-from testhost.runner import CasePlan, run_case
+from testhost.case.runner import CasePlan, run_case
 
 PLAN = CasePlan("at-single", "schedule-decision-before-commit", "lost-commit-reply", 1)
 
@@ -52,7 +52,7 @@ def test_an_implementation_without_a_deadline_fails_the_client_deadline(world, t
 
 
 def test_the_scenarios_that_hold_a_lost_reply_reach_every_kind_of_commit():
-    from testhost.faults import DEADLINE_COVER
+    from testhost.faults.catalog import DEADLINE_COVER
     held = [s for s in load_catalog() if DEADLINE_COVER in s.covers]
     assert {s.name for s in held} == {"at-single", "every-anchored"}
     ops = {(step.op, step.args.get("state")) for s in held for step in s.steps}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testhost.patch_mutants import PatchMutantError, load, preamble, touched
+from testhost.runs.patch_mutants import PatchMutantError, load, preamble, touched
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go"
 
@@ -160,8 +160,8 @@ def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, mo
 
 def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path, monkeypatch):
     # every patched copy of examples/go/run.sh is a run.sh: a folder named from the command would be shared
-    from testhost import mutation
-    from testhost.runner import CasePlan
+    from testhost.runs import mutation
+    from testhost.case.runner import CasePlan
     folders = []
     monkeypatch.setattr(mutation, "_worker_run", lambda plan, command, log_dir, baseline, migrations: folders.append(
         (plan.id, log_dir)) or {})
@@ -176,8 +176,8 @@ def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path,
 
 
 def test_a_patch_named_control_is_refused(tmp_path):
-    from testhost.certify import Options
-    from testhost.mutation import run_mutants
+    from testhost.runs.certify import Options
+    from testhost.runs.mutation import run_mutants
     root = _tiny_root(tmp_path)
     (root / "mutants" / "control.patch").write_text(
         "Rule: fence\n\n--- a/run.sh\n+++ b/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo fine\n+echo broken\n")
@@ -193,7 +193,7 @@ def test_sigterm_tears_the_mutants_run_down_and_writes_a_partial_report(tmp_path
     import tempfile
     import time
 
-    from testhost.processes import pids_with_cwd_or_arg
+    from testhost.world.processes import pids_with_cwd_or_arg
     home = Path(tempfile.mkdtemp(prefix="crashproof-mutants-stop-", dir="/tmp"))
     os.chmod(home, 0o755)
     report_dir = tmp_path / "report"

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from barriers.protocol import BY_OPERATION, NORMATIVE
 from reference import WorkStore
 from reference.work import WorkRequest
-from testhost.faults import FAULTS
-from testhost.model import Generation, Model
+from testhost.faults.catalog import FAULTS
+from testhost.judge.model import Generation, Model
 
 
 def _section(title: str) -> str:

@@ -1,4 +1,4 @@
-"""Which code an --impl command runs (testhost/provenance.py): resolved where and how the implementation starts, so
+"""Which code an --impl command runs (testhost/impl/provenance.py): resolved where and how the implementation starts, so
 the same command line from another folder or with another PYTHONPATH shows as the other code it is; what the
 report, its renderers and explore's finds make of it; and certify's choice of the reference's own census."""
 
@@ -19,10 +19,10 @@ from reports.html import Html
 from reports.markdown import Markdown
 from reports.report import Loaded, build, which_code, which_code_text
 from scenarios.model import parse
-from testhost import provenance
-from testhost.certify import reference_census
-from testhost.explore import Options as ExploreOptions, write_failure
-from testhost.runner import REFERENCE_COMMAND, REFERENCE_ROOT
+from testhost.impl import provenance
+from testhost.runs.certify import reference_census
+from testhost.runs.explore import Options as ExploreOptions, write_failure
+from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT
 
 ROOT = Path(__file__).parent.parent
 # A copy of the reference whose processor does not report the barrier after the link's commit.

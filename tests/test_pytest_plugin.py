@@ -12,7 +12,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from testhost.pytest_plugin import cache_dir
-from testhost.workspace import Workspace
+from testhost.world.workspace import Workspace
 
 pytestmark = pytest.mark.world
 SLICE = ["--crashproof-scenario", "at-single", "--crashproof-barrier", "schedule-link-after-commit"]

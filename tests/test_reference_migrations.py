@@ -21,8 +21,8 @@ from reference.errors import MigrationRefused, SchemaNotReady
 from reference.migrations import apply, applied, migrate, schema_version
 from reference.sql import Migration, migrations
 from reference.work import WorkRequest, WorkStore
-from testhost.components import find_postgres
-from testhost.store import empty_store, new_store
+from testhost.world.components import find_postgres
+from testhost.world.store import empty_store, new_store
 
 pytestmark = pytest.mark.world
 

@@ -631,7 +631,7 @@ FAULTS = {
 def test_counts_report_committed_facts_only_after_a_retried_transaction(fresh_world, barrier_sink, fault, barrier):
     """A real fault right before a COMMIT rolls that transaction back and the processor retries it: the pass
     reports one occurrence and one materialized Work, as the store holds, not one per attempt."""
-    from testhost.store import new_store
+    from testhost.world.store import new_store
     actions, hits = barrier_sink
     store = new_store(fresh_world)
     store.ensure_partitions()

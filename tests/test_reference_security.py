@@ -23,7 +23,7 @@ from reference.errors import AccessDenied, BridgeRoleError, DurableError, Histor
 from reference.roles import OWNER, QUEUE_COLUMNS, RUNTIME, TABLE_GRANTS, validate
 from reference.work import WorkRequest, WorkStore
 from protocol_helpers import snapshot
-from testhost.store import new_store
+from testhost.world.store import new_store
 
 pytestmark = pytest.mark.world
 

@@ -85,7 +85,7 @@ def test_a_rule_changed_since_the_targeted_contract_and_a_reference_choice_read_
     from barriers.contract import changed_note
     from reports.render import render
     from reports.report import summary
-    from testhost.contract_notes import DIFFERS
+    from testhost.judge.contract_notes import DIFFERS
 
     path = page.parent / "report.json"
     report = json.loads(path.read_text())

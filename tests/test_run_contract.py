@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testhost.certify import Options, certify, exit_code
-from testhost.processes import is_alive
+from testhost.runs.certify import Options, certify, exit_code
+from testhost.world.processes import is_alive
 
 ROOT = Path(__file__).parent.parent
 WRAPPER = Path(__file__).parent / "adapters" / "wrapper.sh"
@@ -156,7 +156,7 @@ def test_the_reference_command_running_a_copy_gets_the_references_own_census(tmp
     beside it, so a barrier the copy no longer reaches fails barrier-coverage instead of passing unnoticed."""
     from mutants import materialize
     from tests.test_provenance import UNREPORTED_LINK
-    from testhost.runner import REFERENCE_COMMAND
+    from testhost.case.runner import REFERENCE_COMMAND
 
     copy = materialize(UNREPORTED_LINK, tmp_path / "copies")
     elsewhere, report_dir = tmp_path / "elsewhere", tmp_path / "report"
@@ -234,8 +234,8 @@ def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
 
 
 def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
-    from testhost.certify import SCHEMA_STAGE_ID, _validate, failed_case_ids
-    from testhost.schema_stage import CASE_ID
+    from testhost.runs.certify import SCHEMA_STAGE_ID, _validate, failed_case_ids
+    from testhost.runs.schema_stage import CASE_ID
     assert SCHEMA_STAGE_ID == CASE_ID
     earlier = tmp_path / "report.json"
     earlier.write_text(json.dumps({"cases": [
@@ -253,8 +253,8 @@ def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
 
 
 def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
-    from testhost.certify import _requested, parse_case_id
-    from testhost.runner import CasePlan
+    from testhost.runs.certify import _requested, parse_case_id
+    from testhost.case.runner import CasePlan
     planned = [CasePlan("at-single", "schedule-link-after-commit", "kill", 1)]
     wanted = [parse_case_id("at-single/schedule-link-after-commit/kill/1#3"),
               parse_case_id("at-single/schedule-link-after-commit/kill/1")]
@@ -294,7 +294,7 @@ def _worker_raises(*_args):
                                          (_worker_raises, "RuntimeError: an unexpected fault in the harness")])
 def test_a_harness_step_that_breaks_is_one_line_exit_3_and_a_partial_report(step, migrations, fault, said, tmp_path,
                                                                             monkeypatch, capsys):
-    from testhost import certify as controller
+    from testhost.runs import certify as controller
     monkeypatch.setattr(controller, step, fault)  # spawned workers unpickle it from this module
     home = Path(tempfile.mkdtemp(prefix="crashproof-harness-", dir="/tmp"))  # a worker that dies leaves its
     os.chmod(home, 0o755)                                                    # world's folder: not in a shared home

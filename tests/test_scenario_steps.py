@@ -8,7 +8,7 @@ import pytest
 
 from mutants.catalog import BY_NAME, LOCKED_FENCE
 from scenarios.model import load_catalog, parse
-from testhost.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
 
 GO = str(Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh")
 CATALOG = {s.name: s for s in load_catalog()}
@@ -285,8 +285,8 @@ def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_
     import psycopg
 
     from testhost.errors import FallbackFailed
-    from testhost.runner import CaseRun, _cancelled_when_blocked
-    from testhost.store import new_store
+    from testhost.case.runner import CaseRun, _cancelled_when_blocked
+    from testhost.world.store import new_store
 
     scenario = CATALOG["fence-beside-decision"]
     case = CaseRun(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, tmp_path)

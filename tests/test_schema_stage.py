@@ -20,10 +20,10 @@ import pytest
 from barriers.schema import SCHEMA_RULE
 from barriers.schema import READ_COLUMNS
 from reports.report import validate
-from testhost.schema_stage import check_directory, migrations_digest, run_schema_stage
-from testhost.processes import pids_with_cwd_or_arg
-from testhost.state import TABLES
-from testhost.store import MigrationFailed
+from testhost.runs.schema_stage import check_directory, migrations_digest, run_schema_stage
+from testhost.world.processes import pids_with_cwd_or_arg
+from testhost.judge.state import TABLES
+from testhost.world.store import MigrationFailed
 
 REPO = Path(__file__).resolve().parents[1]
 MIGRATIONS = REPO / "reference" / "migrations"
@@ -57,7 +57,7 @@ def test_every_table_the_verifier_reads_is_declared_to_the_stage():
 
 
 def test_every_row_key_the_checks_read_is_a_declared_column():
-    source = (REPO / "testhost" / "checks.py").read_text()
+    source = (REPO / "testhost" / "judge" / "checks.py").read_text()
     keys = set(re.findall(r'\["([a-z_]+)"\]', source)) | set(re.findall(r'\.get\("([a-z_]+)"', source))
     columns = {column for table in READ_COLUMNS.values() for column in table}
     # Keys of the checks' own dictionaries (pictures, expectations, history details), not of table rows.
@@ -104,7 +104,7 @@ def test_a_bad_directory_is_refused_in_one_line(tmp_path, setup, expected):
 
 
 def test_a_rule_that_examined_nothing_fails():
-    from testhost.schema_stage import Findings
+    from testhost.runs.schema_stage import Findings
     findings = Findings()
     findings.examined("schema-tables", 3)
     checks = {c.name: c for c in findings.checks()}
@@ -121,7 +121,7 @@ def test_a_rule_that_examined_nothing_fails():
 def test_a_history_partition_bound_holds_its_range(text, held, not_held):
     from datetime import datetime, timezone
 
-    from testhost.schema_stage import _bound, _holds
+    from testhost.runs.schema_stage import _bound, _holds
     instant = lambda day: datetime.fromisoformat(day).replace(tzinfo=timezone.utc)  # noqa: E731
     assert _holds(_bound(text), instant(held))
     assert not_held is None or not _holds(_bound(text), instant(not_held))
@@ -131,7 +131,7 @@ def test_a_history_partition_bound_holds_its_range(text, held, not_held):
 
 def _function_definition(world, name: str) -> str:
     """A function as the reference's migrations define it, from a store built by them."""
-    from testhost.store import new_store
+    from testhost.world.store import new_store
     store = new_store(world)
     try:
         with psycopg.connect(store.owner_dsn) as conn:
@@ -235,7 +235,7 @@ def test_each_schema_mutant_fails_the_stage_naming_its_sentence(world, name):
 
 @pytest.mark.world
 def test_without_clock_control_the_partitions_of_today_are_checked(world, tmp_path):
-    from testhost.world import ExternalWorld
+    from testhost.world.worlds import ExternalWorld
     external = ExternalWorld(world.admin_dsn(), network_optional=True).up()
     try:
         case = run_schema_stage(external, copy_of_reference(tmp_path / "migrations"))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from barriers.render import render
-from testhost.certify import Options, _validate, schema_version_plans
-from testhost.checks import CHECKS
-from testhost.runner import CasePlan
-from testhost.schema_version import CASE_ID, judge, run_schema_version
+from testhost.runs.certify import Options, _validate, schema_version_plans
+from testhost.judge.checks import CHECKS
+from testhost.case.runner import CasePlan
+from testhost.runs.schema_version import CASE_ID, judge, run_schema_version
 
 SENTENCE = "Runtime version 4 requires it before Schedule operations run."
 REFUSED = {"op": "process-due", "outcome": "fail",
@@ -107,7 +107,7 @@ def test_the_go_example_declaring_only_process_due_passes(world, tmp_path):
 
 def test_certify_runs_the_stage_beside_the_scenarios_and_fails_the_mutant_with_exit_1(tmp_path, capsys):
     from reference.adapter import OPERATIONS
-    from testhost.certify import certify
+    from testhost.runs.certify import certify
     command = f"{shlex.quote(sys.executable)} -m mutants missing-migration-retriable"
     code, report = certify(Options(command=command, scenario="schema-version", report_dir=tmp_path,
                                    progress=lambda line: None))

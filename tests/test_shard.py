@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from testhost.errors import TestHostError
-from testhost.runner import CasePlan
-from testhost.shard import cost, parse, split
+from testhost.case.runner import CasePlan
+from testhost.runs.shard import cost, parse, split
 
 CENSUS = {"light": {"b1": 1}, "heavy": {"b1": 9, "b2": 10}, "mid": {"b1": 4, "b2": 3}}
 

@@ -139,7 +139,7 @@ def test_heal_with_nothing_to_undo_makes_no_api_call(fresh_world, monkeypatch):
 
 
 def test_api_calls_share_one_kept_http_session_per_process(world):
-    from testhost import toxiproxy as tp
+    from testhost.world import toxiproxy as tp
 
     world.proxy.toxics()
     session = tp._http._current()

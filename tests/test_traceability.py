@@ -1,6 +1,6 @@
 """docs/traceability.md maps every sentence of the normative spec to the tests that pin it. Pure: no database.
 
-The spec is split into sentences by one fixed rule (testhost/sentences.py); the page must quote each sentence exactly once as a
+The spec is split into sentences by one fixed rule (testhost/runs/sentences.py); the page must quote each sentence exactly once as a
 `- > ` entry, each entry must cite at least one test id (`tests/<file>.py::<function>`) or say why it is
 `outside Gate A:`, every cited test must exist, and no entry may quote text that is no longer a spec sentence.
 """
@@ -14,8 +14,8 @@ from functools import cache
 
 import pytest
 
-from testhost import sentences
-from testhost.sentences import ENTRY, REPO, SHARED_SPEC, SPEC, split_spec
+from testhost.runs import sentences
+from testhost.runs.sentences import ENTRY, REPO, SHARED_SPEC, SPEC, split_spec
 
 PAGE = REPO / "docs" / "traceability.md"
 TEST_ID = re.compile(r"^  - (tests/[\w/]+\.py)::(\w+)$")

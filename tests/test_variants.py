@@ -18,7 +18,7 @@ import pytest
 
 from mutants import MUTANTS
 from variants import BY_NAME, VARIANTS, Edit, Variant, VariantError, materialize
-from testhost.variation import judge, line, select_variants
+from testhost.runs.variation import judge, line, select_variants
 
 ROOT = Path(__file__).parent.parent
 SPEC = ROOT / "docs" / "spec" / "durable-schedule-protocol-v1.txt"
@@ -53,7 +53,7 @@ def test_every_variant_names_the_sentence_or_note_that_allows_it_and_where_its_d
 
 
 def test_certification_md_lists_each_variant_under_the_spec_sentence_it_exercises():
-    from testhost.coverage import entries
+    from testhost.runs.coverage import entries
     cited = {entry.sentence: entry.names("variants") for entry in entries()}
     for variant in VARIANTS:
         if variant.exercises in cited:
@@ -152,8 +152,8 @@ def test_the_report_readings_tell_the_variant_from_the_reference():
 @pytest.mark.world
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_each_variant_certifies_on_its_slice_where_its_difference_shows(variant, tmp_path, capsys):
-    from testhost.certify import Options
-    from testhost.variation import run_variants
+    from testhost.runs.certify import Options
+    from testhost.runs.variation import run_variants
     code, summary = run_variants(Options(report_dir=tmp_path, jobs=1, progress=lambda text: None), variant.name,
                                  slice_only=True)
     [verdict] = summary["variants"]
@@ -272,7 +272,7 @@ def test_the_statement_log_shows_each_probed_variant_differ_from_the_reference(w
     reference = _pass(reference_log)
 
     def probe(name: str) -> dict:
-        from testhost.store import new_store
+        from testhost.world.store import new_store
         fresh = new_store(world)
         fresh.ensure_partitions()
         fresh.create_scope("tenant-a")

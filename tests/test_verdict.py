@@ -11,11 +11,11 @@ from test_checks import S, good_state
 
 from barriers import CATALOG
 from scenarios.model import load_catalog, parse
-from testhost.checks import CheckResult, normalize
+from testhost.judge.checks import CheckResult, normalize
 from testhost.cli import main
 from scenarios.steps import STEPS
-from testhost.lint import FAULT_STEPS, PROCESSOR_STEPS, lint, outcome
-from testhost.verdict import (NO_BASELINE, SCENARIO_OPTS_OUT, decide, fault_free_judges, model_promise,
+from testhost.runs.lint import FAULT_STEPS, PROCESSOR_STEPS, lint, outcome
+from testhost.judge.verdict import (NO_BASELINE, SCENARIO_OPTS_OUT, decide, fault_free_judges, model_promise,
                               not_compared)
 
 EXAMPLE = Path(__file__).parent / "scenarios" / "shift-crosses-instant.toml"
@@ -201,15 +201,15 @@ def _every30():
     from datetime import timedelta
 
     from scenarios.model import T0
-    from testhost.model import Generation
-    from testhost.timelines import Timelines
+    from testhost.judge.model import Generation
+    from testhost.judge.timelines import Timelines
     model = Timelines()
     model.create("x", Generation(1, "every", T0, every=timedelta(seconds=30), anchor=T0))
     return model, T0, timedelta
 
 
 def _kinds(model) -> list[tuple]:
-    from testhost.model import picture
+    from testhost.judge.model import picture
     return [o[:4] for o in picture(model)["x"]["occurrences"]]
 
 
@@ -223,7 +223,7 @@ def test_a_fault_in_a_pass_branches_the_model_over_what_the_pass_left_to_the_rec
     assert len(model.branches) == 2
     assert _kinds(model.branches[0]) == [(1, "coalesced", 60_000_000, 90_000_000), (1, "nominal", 30_000_000, 30_000_000)]
     assert _kinds(model.branches[1]) == [(1, "coalesced", 90_000_000, 90_000_000), (1, "recovery", 30_000_000, 60_000_000)]
-    from testhost.model import picture
+    from testhost.judge.model import picture
     assert model.matching(picture(model.branches[1])) is model.branches[1]
     assert model.matching({"x": None}) is model.primary  # nothing matches: judged against the fault-free branch
 
@@ -234,7 +234,7 @@ def test_a_branch_matches_a_database_that_shows_no_entry_for_a_schedule_whose_cr
     model.pass_(t0 + s(seconds=58), 1)
     model.fork()
     model.drain(t0 + s(seconds=61))
-    from testhost.model import picture
+    from testhost.judge.model import picture
     database = {**picture(model.branches[1]), "refused": None}  # the refused create's name: no row, no model entry
     assert "refused" not in picture(model.branches[1])
     assert model.matching(database) is model.branches[1]
@@ -256,8 +256,8 @@ def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_ov
     from datetime import timedelta
 
     from scenarios.model import T0
-    from testhost.model import Generation, picture
-    from testhost.timelines import Timelines
+    from testhost.judge.model import Generation, picture
+    from testhost.judge.timelines import Timelines
     model = Timelines()
     for name in ("s1", "s2"):
         model.create(name, Generation(1, "at", T0, at=T0 + timedelta(seconds=60)))
@@ -282,8 +282,8 @@ def test_the_claim_choices_of_a_bounded_pass_are_bounded():
     from datetime import timedelta
 
     from scenarios.model import T0
-    from testhost.model import Generation, Model
-    from testhost.timelines import MAX_CLAIM_CHOICES, claim_choices
+    from testhost.judge.model import Generation, Model
+    from testhost.judge.timelines import MAX_CLAIM_CHOICES, claim_choices
     model = Model()
     for i in range(8):  # C(8, 4) = 70 choices: more than are branched
         model.create(f"s{i}", Generation(1, "at", T0, at=T0 + timedelta(seconds=60)))
@@ -295,7 +295,7 @@ def test_the_claim_choices_of_a_bounded_pass_are_bounded():
 
 
 def test_the_branches_of_an_interrupted_pass_are_its_claims_subsets_or_their_tails():
-    from testhost.timelines import MAX_SUBSETS_OF, left_undecided
+    from testhost.judge.timelines import MAX_SUBSETS_OF, left_undecided
     assert left_undecided(["a", "b"]) == [frozenset("a"), frozenset("b"), frozenset("ab")]
     many = [str(i) for i in range(MAX_SUBSETS_OF + 1)]
     assert left_undecided(many)[0] == frozenset(many) and left_undecided(many)[-1] == frozenset([many[-1]])

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from testhost.cluster import Cluster, shared_memory_id
-from testhost.components import find_postgres
+from testhost.world.cluster import Cluster, shared_memory_id
+from testhost.world.components import find_postgres
 from testhost.errors import (ClusterStartFailed, ComponentMissing, DockerUnavailable, PortInUse, TestHostError,
                              ToxiproxyFailed, WorkspaceUnusable)
-from testhost.processes import pids_with_cwd_or_arg
-from testhost.workspace import Workspace
-from testhost.world import World, docker_world
+from testhost.world.processes import pids_with_cwd_or_arg
+from testhost.world.workspace import Workspace
+from testhost.world.docker_world import docker_world
+from testhost.world.worlds import World
 
 
 @pytest.fixture

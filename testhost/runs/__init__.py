@@ -1,0 +1,1 @@
+"""Whole runs: certify and its workers, the schema stages, explore, hostile inputs, mutants, coverage."""
