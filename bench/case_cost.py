@@ -19,13 +19,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from reports import counted
-from scenarios.matrix import expand
+from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog
 from testhost.impl import forkserver
 from testhost.case import runner
 from testhost.world import store
 from testhost.faults.catalog import FAULTS
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, CaseRun, run_case
+from testhost.case.runner import REFERENCE_COMMAND, CaseRun, run_case
 from testhost.world.worlds import World
 
 TICK = os.sysconf("SC_CLK_TCK")

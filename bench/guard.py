@@ -87,7 +87,8 @@ def sample_cpu(case_ids: list[str] | None) -> tuple[tuple[float, float], list[st
     from scenarios.matrix import expand
     from scenarios.model import load_catalog
     from testhost.faults.catalog import FAULTS
-    from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+    from scenarios.matrix import CasePlan
+    from testhost.case.runner import REFERENCE_COMMAND, run_case
     from testhost.world.worlds import World
 
     from . import case_cost

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from reports import counted
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.runs.certify import Options, certify, default_jobs
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, run_case
 from testhost.world.worlds import World
 
 from .figures import Figure, median_of

@@ -12,6 +12,22 @@ from .model import Scenario, is_builtin
 
 
 @dataclass(frozen=True)
+class CasePlan:
+    """scenario × barrier × fault × hit; a plan without a fault is the scenario's fault-free run."""
+
+    scenario: str
+    barrier: str | None = None
+    fault: str | None = None
+    hit: int | None = None
+    repeat: int = 1
+
+    @property
+    def id(self) -> str:
+        base = self.scenario if self.fault is None else f"{self.scenario}/{self.barrier}/{self.fault}/{self.hit}"
+        return base if self.repeat == 1 else f"{base}#{self.repeat}"
+
+
+@dataclass(frozen=True)
 class Skipped:
     scenario: str
     barrier: str
@@ -129,8 +145,6 @@ def expand(scenarios: list[Scenario], census: dict[str, dict[str, int]], faults:
     an operation the implementation does not offer (`offered`, from its hello) is skipped as the fallback's. With
     `sequences` (each passing fault-free run's barriers in order), a fault whose plugin names barriers that leave
     the same state is planned at the later of two such hits only."""
-    from testhost.case.runner import CasePlan
-
     plans, skipped = [], []
     any_fault = ",".join(patterns(fault) or ["*"])  # a skipped combination's fault: the filter, as one string
     for scenario in scenarios:

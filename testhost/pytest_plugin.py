@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan
+from scenarios.matrix import CasePlan
+from testhost.case.runner import REFERENCE_COMMAND
 
 
 def pytest_addoption(parser):

@@ -10,10 +10,11 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from mutants.catalog import ACCEPTANCE_ANCHOR
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.judge.checks import CHECKS, acceptance_anchor
 from testhost.judge.model import Generation
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, 9, 0, 0, 123456, tzinfo=timezone.utc)

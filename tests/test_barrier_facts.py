@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.case.barrier_facts import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, BarrierFacts, changes
 from testhost.judge.checks import CHECKS
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 S = "00000000-0000-4000-8000-000000000001"
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.matrix import expand
+from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog, parse
 from testhost.judge.checks import CHECKS, cancel_retried
 from testhost.faults.catalog import FAULTS
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 SENTENCE = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
             "retry only after rollback.")

@@ -12,11 +12,11 @@ import pytest
 
 from mutants.catalog import BY_NAME
 from scenarios.errors import ScenarioError
-from scenarios.matrix import expand
+from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog, parse
 from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan, keeps_committed, lost
 from testhost.judge.checks import CHECKS, pass_bounded
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
 SENTENCE = "Cancellation does not roll back a committed Schedule fact."

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from barriers.protocol import PROBLEMS, problem_name
+from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, Step, load_catalog, parse
 from testhost.judge import commands
 from testhost.judge.checks import CHECKS, client_outcomes
 from testhost.impl.implementation import Response
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 REPO = Path(__file__).resolve().parent.parent
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)

@@ -10,10 +10,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from barriers.protocol import COUNTS
+from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, load_catalog, parse
 from testhost.judge.checks import COUNT_FACTS, CHECKS, counts_not_compared, process_counts, work_own_clock
 from testhost.judge.identity import expected_work
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from barriers import CATALOG
 from reports.report import validate
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.runs.certify import Options, certify
 from testhost.faults.catalog import FAULTS
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, run_case
 
 ADAPTERS = Path(__file__).parent / "adapters"
 

@@ -9,9 +9,10 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import DEFINITION_ROW
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.judge.checks import CHECKS, definition_revision
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)

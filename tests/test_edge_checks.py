@@ -9,10 +9,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import CUTOFF, HIGH_WATER, NEVER_REWRITES
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.case.barrier_facts import BarrierFacts
 from testhost.judge.checks import CHECKS, cursor_high_water, generations_unchanged, pass_decides_due
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)

@@ -25,11 +25,12 @@ from reports.matrix import anchor
 from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
                                  NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, motif_programs, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.runs.explore import Options, explore, progress_line, reproduced_line
 from testhost.runs.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, run_case
 from testhost.runs.scenario_import import case_of, import_scenario
 
 DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from barriers import CATALOG
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.runs.certify import Options, certify
 from testhost.errors import FallbackFailed
-from testhost.case.runner import CasePlan, CaseRun, store_pool
+from testhost.case.runner import CaseRun, store_pool
 
 ADAPTER = Path(__file__).parent / "adapters" / "process_due_only.py"
 COMMAND = f"{sys.executable} {ADAPTER}"

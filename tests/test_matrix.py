@@ -54,7 +54,7 @@ def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
 
     from protocol_helpers import fake_case_worker
     from testhost.runs.certify import Pool, Progress, run_cases
-    from testhost.case.runner import CasePlan
+    from scenarios.matrix import CasePlan
 
     pools = []
 

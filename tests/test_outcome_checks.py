@@ -6,8 +6,9 @@ under the rule it breaks."""
 import shlex
 import sys
 
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 PLAN = CasePlan("at-single", "schedule-decision-before-commit", "lost-commit-reply", 1)
 

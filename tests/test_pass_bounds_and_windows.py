@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from mutants.catalog import BY_NAME
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.judge.checks import CHECKS, empty_pass, pass_bounded, pass_leaves_no_lease
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
 FACTS = ("claimed", "occurrences", "materialized", "suspended", "recovery_skipped")

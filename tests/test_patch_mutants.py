@@ -161,7 +161,7 @@ def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, mo
 def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path, monkeypatch):
     # every patched copy of examples/go/run.sh is a run.sh: a folder named from the command would be shared
     from testhost.runs import mutation
-    from testhost.case.runner import CasePlan
+    from scenarios.matrix import CasePlan
     folders = []
     monkeypatch.setattr(mutation, "_worker_run", lambda plan, command, log_dir, baseline, migrations: folders.append(
         (plan.id, log_dir)) or {})

@@ -254,7 +254,7 @@ def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
 
 def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
     from testhost.runs.certify import _requested, parse_case_id
-    from testhost.case.runner import CasePlan
+    from scenarios.matrix import CasePlan
     planned = [CasePlan("at-single", "schedule-link-after-commit", "kill", 1)]
     wanted = [parse_case_id("at-single/schedule-link-after-commit/kill/1#3"),
               parse_case_id("at-single/schedule-link-after-commit/kill/1")]

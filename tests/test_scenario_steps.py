@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from mutants.catalog import BY_NAME, LOCKED_FENCE
+from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog, parse
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, run_case
 
 GO = str(Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh")
 CATALOG = {s.name: s for s in load_catalog()}

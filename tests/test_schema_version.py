@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from barriers.render import render
+from scenarios.matrix import CasePlan
 from testhost.runs.certify import Options, _validate, schema_version_plans
 from testhost.judge.checks import CHECKS
-from testhost.case.runner import CasePlan
 from testhost.runs.schema_version import CASE_ID, judge, run_schema_version
 
 SENTENCE = "Runtime version 4 requires it before Schedule operations run."

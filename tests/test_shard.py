@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from scenarios.matrix import CasePlan
 from testhost.errors import TestHostError
-from testhost.case.runner import CasePlan
 from testhost.runs.shard import cost, parse, split
 
 CENSUS = {"light": {"b1": 1}, "heavy": {"b1": 9, "b2": 10}, "mid": {"b1": 4, "b2": 3}}

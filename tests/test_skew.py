@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from scenarios.instances import DurationError, format_offset, parse_duration
+from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, load_catalog, parse
 from testhost.impl import skew
 from testhost.runs.certify import Options, certify
 from testhost.world.components import find_libfaketime
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, run_case
 
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
 STEPS = '[[steps]]\nop = "drain"\n'

@@ -12,12 +12,12 @@ import psycopg
 
 from barriers import CATALOG
 from mutants.catalog import LEASE
-from scenarios.matrix import expand
+from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog
 from testhost.runs.certify import Options, certify
 from testhost.judge.checks import stall_took_over
 from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, lock_holder
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 
 ADAPTERS = Path(__file__).parent / "adapters"
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"

@@ -18,6 +18,7 @@ from typing import Any
 
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
+from scenarios.matrix import CasePlan
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
 from testhost.errors import FallbackFailed, TestHostError
@@ -106,22 +107,6 @@ def store_pool(world: World, migrations: Path | None = None) -> StorePool:
         _pools[key] = StorePool(world, migrations=migrations, history_at=T0 if world.capabilities.has(CLOCK) else None)
         world.on_down.append(lambda: _pools.pop(key).close())
     return _pools[key]
-
-
-@dataclass(frozen=True)
-class CasePlan:
-    """scenario × barrier × fault × hit; a plan without a fault is the scenario's fault-free run."""
-
-    scenario: str
-    barrier: str | None = None
-    fault: str | None = None
-    hit: int | None = None
-    repeat: int = 1
-
-    @property
-    def id(self) -> str:
-        base = self.scenario if self.fault is None else f"{self.scenario}/{self.barrier}/{self.fault}/{self.hit}"
-        return base if self.repeat == 1 else f"{base}#{self.repeat}"
 
 
 @dataclass

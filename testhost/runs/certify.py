@@ -31,11 +31,11 @@ from typing import Callable
 from barriers import CATALOG, required_of
 from reports import counted, diagnosis, report as reports
 from reports.render import remove_outputs, render as render_all
-from scenarios.matrix import barrier_sequence, expand, matches, patterns, select
+from scenarios.matrix import CasePlan, barrier_sequence, expand, matches, patterns, select
 from scenarios.instances import format_offset
 from scenarios.model import Scenario, load_catalog
 
-from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT, CaseOutcome, CasePlan, run_case
+from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT, CaseOutcome, run_case
 from testhost.errors import TestHostError
 from testhost.faults.catalog import FAULTS
 from testhost.impl import implementation

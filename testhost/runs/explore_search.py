@@ -14,10 +14,10 @@ from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis.reporting import with_reporter
 
 from scenarios.generate import EDGE_MOTIFS, motif_programs, program_name, scenario_programs, scenario_toml
-from scenarios.matrix import expand
+from scenarios.matrix import CasePlan, expand
 from scenarios.model import parse
 
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import run_case
 from testhost.faults.catalog import FAULTS
 
 DESCRIPTION = "A timeline crashproof explore generated."

@@ -179,7 +179,8 @@ class HostileRun:
     def start(self) -> None:
         from scenarios.model import T0, parse
 
-        from testhost.case.runner import SCOPE, CasePlan, CaseRun, store_pool
+        from scenarios.matrix import CasePlan
+        from testhost.case.runner import SCOPE, CaseRun, store_pool
 
         self.close()
         scenario = parse("hostile-inputs", SCENARIO)

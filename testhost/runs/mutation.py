@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutants import MUTANTS, Mutant, migrations_dir
-from scenarios.matrix import expand, select
+from scenarios.matrix import CasePlan, expand, select
 from scenarios.model import load_catalog
 
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan
+from testhost.case.runner import REFERENCE_COMMAND
 from testhost.faults.catalog import FAULTS
 from testhost.world.workspace import DEFAULT_ROOT
 
