@@ -179,7 +179,7 @@ class ClientStep(StepKind):
         if "spec" in step.args:
             request["spec"] = spec_to_wire(step.args["spec"])
         if self.operation != "create":
-            revision = case._revision(step.args["schedule"])
+            revision = case.revision_of(step.args["schedule"])
             request["expected_revision"] = revision - 1 if step.args.get("stale_revision") else revision
         if "command" in step.args:
             request["command_id"] = str(uuid.uuid5(COMMAND_NAMESPACE, step.args["command"]))
@@ -200,8 +200,8 @@ class ClientStep(StepKind):
                 before = commands.rows(conn)
         seen = self.before(case, step)
         started = case.world.clock.now()
-        response = case._client_op(self.operation, self.request(case, step))
-        case._record(response, self.operation)
+        response = case.client_op(self.operation, self.request(case, step))
+        case.record(response, self.operation)
         changed = {}
         if refusal and response.outcome == "fail":
             with case.owner() as conn:
@@ -221,7 +221,7 @@ class ClientStep(StepKind):
         response = case.fallback_beside(self.operation, self.request(case, step))
         if response is None:
             return "waited"
-        case._record(response, f"{self.operation} (beside the held barrier)")
+        case.record(response, f"{self.operation} (beside the held barrier)")
         case.client_outcomes.append((step, response, {}))
         if response.outcome != "ok":
             return "refused"  # answered, and changed nothing: no order to keep, nothing to run again
@@ -751,11 +751,11 @@ works = 1
 
     def run(self, case, step):
         args = step.args
-        work_id = case._nth_work(args["schedule"], args.get("nth", -1))
+        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
         if work_id is None:
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return
-        case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+        case.record(case.client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
         case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
 
     def run_beside(self, case, step):
@@ -763,14 +763,14 @@ works = 1
         meanwhile): the Work terminal transaction locks the schedule's dispatch row, so it waits for a held
         decision and comes wholly before or after it, or between a committed decision and the rest of the pass."""
         args = step.args
-        work_id = case._nth_work(args["schedule"], args.get("nth", -1))
+        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
         if work_id is None:
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return "refused"
         response = case.work_beside(work_id, args["state"])
         if response is None:
             return "waited"
-        case._record(response, f"{step.op} (beside the held barrier)")
+        case.record(response, f"{step.op} (beside the held barrier)")
         if response.outcome != "ok":
             return "refused"  # answered, and changed nothing
         case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())

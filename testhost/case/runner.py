@@ -508,13 +508,15 @@ class CaseRun:
         self.model.plant(args["schedule"], generation, kind, first)
         self.note("planted-work", work_id=str(work_id), idempotency_key=key)
 
-    def _revision(self, schedule: str) -> int:
+    def revision_of(self, schedule: str) -> int:
+        """The schedule's current definition revision as the store holds it (0: none yet)."""
         with self.owner() as conn:
             row = conn.execute("select revision from appsurface_durable.schedule_definitions where schedule_id = %s",
                                (self.schedule_ids[schedule],)).fetchone()
         return row["revision"] if row else 0
 
-    def _nth_work(self, schedule: str, nth: int) -> str | None:
+    def nth_work(self, schedule: str, nth: int) -> str | None:
+        """The schedule's Work ID `nth` in acceptance order (1 the first, -1 the last; None: no such Work)."""
         works = self._works_in_acceptance_order().get(schedule, [])
         index = nth - 1 if nth > 0 else nth
         return works[index] if -len(works) <= index < len(works) else None
@@ -544,7 +546,7 @@ class CaseRun:
                                (work_id,)).fetchone()
         return row["state"] if row else None
 
-    def _client_op(self, op: str, args: dict, attempts: int = 3) -> Response:
+    def client_op(self, op: str, args: dict, attempts: int = 3) -> Response:
         """Through the implementation when it offers the operation, else the reference over the normative schema.
 
         Like any caller, the harness retries (bounded) an outcome that is unknown or a retriable failure; a
@@ -564,7 +566,7 @@ class CaseRun:
             retriable = response.outcome == "unknown" or (response.outcome == "fail" and (response.error or {}).get("retriable"))
             if not retriable or attempt == attempts - 1:
                 return response
-            self._record(response, f"{op} (will retry)")
+            self.record(response, f"{op} (will retry)")
             if response.died:
                 self.impls["A"] = self.start_implementation("A")
             if op == "complete-work" and self._work_state(args["work_id"]) == args["state"]:
@@ -691,7 +693,7 @@ class CaseRun:
                     response = self._ask(self.impls[labels[0]], "process-due", request)
                 finally:
                     self._expecting = False
-                self._record(response, "process-due", labels[0])
+                self.record(response, "process-due", labels[0])
                 after = self._dispatch_rows()
                 refused_but_changed = ({"before": before, "after": after}
                                        if response.outcome == "fail" and before != after else {})
@@ -765,7 +767,7 @@ class CaseRun:
             if revoked:
                 with self.owner() as conn:
                     bridge_role.set_privilege(conn, denial, granted=True)
-        self._record(response, "process-due", label)
+        self.record(response, "process-due", label)
         self._leases_left(before, after)
         self.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect, denied_statements=refused)
         self.denied_passes.append({"step": step.index + 1, "instance": label, "denial": denial, "due": due,
@@ -789,7 +791,7 @@ class CaseRun:
         finally:
             self._expecting = demotion.armed = False
             demotion.end(self, response, faulted=not fired_before and self.injection is not None)
-        self._record(response, "process-due", label)
+        self.record(response, "process-due", label)
         if demotion.after is not None:
             self._leases_left(demotion.before, demotion.after)
 
@@ -1016,7 +1018,7 @@ class CaseRun:
 
     def _respond(self, impl: Implementation, op: str, request: dict) -> None:
         try:
-            self._record(self._ask(impl, op, request), op, impl.label)
+            self.record(self._ask(impl, op, request), op, impl.label)
         except AdapterProtocolError as exc:
             self._protocol_error = exc
 
@@ -1095,7 +1097,8 @@ class CaseRun:
             self.note("counts-not-compared", reason=reason, during=window["during"],
                       instances=[a["instance"] for a in window["answers"]])
 
-    def _record(self, response: Response, op: str, label: str = "A") -> None:
+    def record(self, response: Response, op: str, label: str = "A") -> None:
+        """A response on the timeline, under the operation that asked it and the instance that answered."""
         self.note("response", instance=label, op=op, outcome=response.outcome, value=response.value,
                   problem=response.problem, error=response.error)
 
@@ -1117,9 +1120,9 @@ class CaseRun:
         self.healed = True
         self.advance(timedelta(seconds=self.scenario.lease_seconds + 1))
         if step is not None and step.op == "complete-work":
-            work_id = self._nth_work(step.args["schedule"], step.args.get("nth", -1))
+            work_id = self.nth_work(step.args["schedule"], step.args.get("nth", -1))
             if work_id and self._work_state(work_id) != step.args["state"]:
-                self._record(self._client_op("complete-work", {"work_id": work_id, "state": step.args["state"]}),
+                self.record(self.client_op("complete-work", {"work_id": work_id, "state": step.args["state"]}),
                              "complete-work (redo)")
         self.drain(self.impls["A"])
 

@@ -197,7 +197,7 @@ class HostileRun:
         case.impls["A"] = case.start_implementation("A")
         self.identity = self.identity or (case.impls["A"].hello or {}).get("implementation", "")
         self.schedule_id = BASE_SCHEDULE
-        response = case._client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
+        response = case.client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
         if response.outcome != "ok":
             from testhost.errors import TestHostError
             raise TestHostError(f"the hostile phase could not create its schedule: {response}")
