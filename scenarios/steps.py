@@ -1,20 +1,17 @@
-"""The scenario language: every step kind with its fields, validation, documentation, model update and run.
+"""The scenario language: every step kind with its fields, validation, examples and documentation.
 
-A kind is one class registered in STEPS. Parsing (scenarios/model.py) validates a file against the kinds,
-docs/scenarios.md is rendered from them (scenarios/render.py), and the TestHost runs a step by handing it to its
-kind, so adding a step touches this file alone. A kind's `run` acts through the case it is given (testhost's
-CaseRun: the clock, the implementation, the fallbacks, the model of Gate A); nothing here imports testhost at
-import time, so the language can be read, checked and documented without a world.
+A kind is one class registered in STEPS. Parsing (scenarios/model.py) validates a file against the kinds, and
+docs/scenarios.md is rendered from them (scenarios/render.py). How the TestHost runs a kind (its case/step_runs.py)
+and how the model replays it (its judge/step_replays.py) are registries of their own keyed like STEPS, so the
+language is read, checked and documented with nothing but barriers/ beneath it.
 """
 
 from __future__ import annotations
 
-import copy
 import re
-import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS
@@ -24,9 +21,6 @@ from .errors import StepError, TimeError
 from .times import relative
 
 if TYPE_CHECKING:
-    from testhost.judge.replay import Replay
-    from testhost.case.runner import CaseRun
-
     from .model import Step
 
 
@@ -109,7 +103,7 @@ DURING = Field("during", (dict,), "a step the host runs from its own session whi
 
 
 class StepKind:
-    """One kind of step. Subclasses set the class attributes and override `validate` and `run`."""
+    """One kind of step. Subclasses set the class attributes and override `validate`."""
 
     op: ClassVar[str]
     summary: ClassVar[str]
@@ -123,20 +117,6 @@ class StepKind:
 
     def validate(self, args: dict[str, Any], context: Context) -> None:
         """Checks beyond the fields' types; raises StepError."""
-
-    def run(self, case: "CaseRun", step: "Step") -> None:
-        raise NotImplementedError
-
-    def run_beside(self, case: "CaseRun", step: "Step") -> str:
-        """Run from the host's own session while an implementation is held: `committed`, `refused` (answered with
-        a problem, nothing changed), or `waited` when it could not take its locks in time (it then runs again
-        once the pass is over)."""
-        raise NotImplementedError
-
-    def replay(self, replay: "Replay", step: "Step", skip: frozenset) -> None:
-        """The step in the model alone, on the scenario's nominal clock (`crashproof scenarios --lint` and the
-        verdict's replays; testhost/judge/replay.py). `skip`: schedules a pass claimed but a fault left undecided."""
-        raise NotImplementedError
 
     def claims(self, step: "Step") -> int | None:
         """How many schedules the step's pass claims at most (None: the step makes no pass)."""
@@ -162,82 +142,16 @@ def _times_of(spec: dict) -> None:
                 raise StepError(f"spec.{key}: {exc}") from None
 
 
-def _choose(values: list, nth: int) -> Any:
-    index = nth - 1 if nth > 0 else nth
-    return values[index] if -len(values) <= index < len(values) else None
-
-
 # -- client steps -------------------------------------------------------------------------------------------
 
 class ClientStep(StepKind):
     """A schedule command through the implementation (or the host's fallback when it does not offer it)."""
 
-    operation: ClassVar[str]
-
-    def request(self, case: "CaseRun", step: "Step") -> dict:
-        request = {"schedule_id": str(case.schedule_ids[step.args["schedule"]])}
-        if "spec" in step.args:
-            request["spec"] = spec_to_wire(step.args["spec"])
-        if self.operation != "create":
-            revision = case.revision_of(step.args["schedule"])
-            request["expected_revision"] = revision - 1 if step.args.get("stale_revision") else revision
-        if "command" in step.args:
-            request["command_id"] = str(uuid.uuid5(COMMAND_NAMESPACE, step.args["command"]))
-        return request
+    operation: ClassVar[str]  # the adapter protocol's operation the step sends
 
     def validate(self, args, context):
         if args.get("stale_revision") and args.get("expect") != "fail":
             raise StepError("a stale revision must be refused: stale_revision needs expect = \"fail\"")
-
-    def run(self, case, step):
-        from testhost.judge import commands
-
-        # Only a step expected refused is read whole before and after: one that should apply and is refused
-        # fails its check anyway, and a read of every table around every command would cost every case.
-        refusal = step.expected_outcome == "fail"
-        if refusal:
-            with case.owner() as conn:
-                before = commands.rows(conn)
-        seen = self.before(case, step)
-        started = case.world.clock.now()
-        response = case.client_op(self.operation, self.request(case, step))
-        case.record(response, self.operation)
-        changed = {}
-        if refusal and response.outcome == "fail":
-            with case.owner() as conn:
-                changed = commands.changed(before, commands.rows(conn))
-        case.client_outcomes.append((step, response, changed))
-        if response.outcome == "ok":
-            self.observe(case, step, self.model(case, step), seen, (started, case.world.clock.now()))
-
-    def before(self, case: "CaseRun", step: "Step") -> Any:
-        """What the step's observation compares with, read before the command runs (None: nothing)."""
-        return None
-
-    def observe(self, case: "CaseRun", step: "Step", read: Any, before: Any, window: tuple) -> None:
-        """Judge an accepted command by what it wrote: `read` is what the model step read back."""
-
-    def run_beside(self, case, step):
-        response = case.fallback_beside(self.operation, self.request(case, step))
-        if response is None:
-            return "waited"
-        case.record(response, f"{self.operation} (beside the held barrier)")
-        case.client_outcomes.append((step, response, {}))
-        if response.outcome != "ok":
-            return "refused"  # answered, and changed nothing: no order to keep, nothing to run again
-        self.model(case, step)
-        return "committed"
-
-    def model(self, case: "CaseRun", step: "Step") -> None:
-        raise NotImplementedError
-
-    def replay(self, replay, step, skip):
-        if step.expected_outcome == "ok":  # a client step the scenario expects to be applied
-            self.apply(replay.model, step, replay.now)
-
-    def apply(self, model, step: "Step", now: datetime) -> None:
-        """The command in a model of Gate A, accepted at `now`."""
-        raise NotImplementedError
 
 
 class DefinitionStep(ClientStep):
@@ -246,37 +160,6 @@ class DefinitionStep(ClientStep):
     def validate(self, args, context):
         super().validate(args, context)
         _times_of(args["spec"])
-
-    def model(self, case, step):
-        """The model takes the same command; a new generation's acceptance time is the server's, read back
-        (with its command's, for the observation)."""
-        from testhost.judge.commands import GENERATION_SQL
-
-        with case.owner() as conn:
-            row = conn.execute(GENERATION_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
-        if row is None:  # an `ok` that wrote no generation: the model cannot take it, the observation says why
-            return None
-        self.apply(case.model, step, row["accepted_at_utc"])
-        return row
-
-    def observe(self, case, step, read, before, window):
-        from testhost.judge import commands
-
-        facts = case.command_facts
-        if read is None:
-            missing = [{"step": step.index + 1, "op": self.operation, "wrong": ["answered ok, but no generation"]}]
-            facts.setdefault("command-accepted-at", []).append(missing)
-            return
-        facts.setdefault("command-accepted-at", []).append(
-            commands.accepted_at(step.index + 1, self.operation, read, window))
-        facts.setdefault("definition-persisted", []).append(
-            commands.persisted(step.index + 1, self.operation, spec_to_wire(step.args["spec"]), read))
-
-    def apply(self, model, step, now):
-        from testhost.judge.replay import generation_of
-
-        generation = generation_of(step.args["spec"], now)
-        (model.create if self.operation == "create" else model.update)(step.args["schedule"], generation)
 
 
 @step_kind
@@ -351,12 +234,6 @@ expect = "fail"
 lifecycle = "deleted"
 '''
 
-    def model(self, case, step):
-        self.apply(case.model, step, None)
-
-    def apply(self, model, step, now):
-        model.delete(step.args["schedule"])
-
 
 @step_kind
 class Release(ClientStep):
@@ -387,25 +264,6 @@ schedule = "ledger"
 [expect.ledger]
 lifecycle = "active"
 '''
-
-    def model(self, case, step):
-        self.apply(case.model, step, None)
-
-    def apply(self, model, step, now):
-        model.release(step.args["schedule"])
-
-    def before(self, case, step):
-        from testhost.judge.commands import FENCES_SQL
-
-        with case.owner() as conn:
-            row = conn.execute(FENCES_SQL, (case.schedule_ids[step.args["schedule"]],)).fetchone()
-        return dict(row) if row else None
-
-    def observe(self, case, step, read, before, window):
-        from testhost.judge import commands
-
-        after = self.before(case, step)
-        case.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
 
 
 # -- the clock ---------------------------------------------------------------------------------------------
@@ -442,17 +300,6 @@ works = 1
         quiet = args.get("quiet_s", 1)
         if isinstance(quiet, bool) or not 0 < quiet <= QUIET_LIMIT_S:
             raise StepError(f"quiet_s must be more than 0 and at most {QUIET_LIMIT_S:g} seconds")
-
-    def run(self, case, step):
-        case.advance(timedelta(seconds=step.args["seconds"]))
-        if "quiet_s" in step.args and case.plan.fault is None:
-            # Time passes on the running server clock with nothing asked; faulted runs skip it (it costs wall time
-            # in every case, and one fault-free run shows a processor that acts on its own).
-            case.note("quiet", seconds=step.args["quiet_s"])
-            time.sleep(step.args["quiet_s"])
-
-    def replay(self, replay, step, skip):
-        replay.now += timedelta(seconds=step.args["seconds"])
 
 
 @step_kind
@@ -497,12 +344,6 @@ occurrences = []
             raise StepError(f"at: {exc}") from None
         if args.get("freeze") and when.microsecond:
             raise StepError("at: a frozen clock stands on a whole second (libfaketime's absolute time)")
-
-    def run(self, case, step):
-        case.set_clock(relative(step.args["at"]), freeze=step.args.get("freeze", False))
-
-    def replay(self, replay, step, skip):
-        replay.now = relative(step.args["at"])
 
 
 # -- processing ----------------------------------------------------------------------------------------------
@@ -559,35 +400,8 @@ class Pass(StepKind):
                 raise StepError("demote_after_decision: maximum_schedules must be 1 (how many schedules a refused "
                                 "pass claims before it answers is the implementation's)")
 
-    def run(self, case, step):
-        args = step.args
-        labels = self.labels(step)
-        request = {"maximum_schedules": args.get("maximum_schedules", 1),
-                   "lease_seconds": args.get("lease_seconds", case.scenario.lease_seconds)}
-        for key in ("cancel_after", "lease_owner"):
-            if key in args:
-                request[key] = args[key]
-        case.run_pass(step, labels, request)
-
     def claims(self, step):
         return pass_limit(step.args) * len(self.labels(step))
-
-    def replay(self, replay, step, skip):
-        """The pass; a step beside its held barrier in the order the spec allows every implementation (it waited
-        for the held decision: after the pass)."""
-        if pass_denial(replay.scenario, step) is not None:
-            return  # its bridge is refused: nothing of Gate A moves (docs/protocol-notes.md, 33b)
-        if step.args.get("demote_after_decision"):
-            replay.model.pass_(replay.now, 1, skip, bridges=False)  # its decision only (33l)
-            return
-        if "expect" not in step.args:
-            replay.model.pass_(replay.now, self.claims(step), skip)
-        elif step.expected_outcome == "ok":
-            replay.model.pass_(replay.now, step.args.get("maximum_schedules", 1), skip)
-        beside = during_step(step)
-        if beside is not None:
-            STEPS[beside[2].op].replay(replay, beside[2], frozenset())
-
 
 # Privileges a pass may run without (testhost/judge/bridge_role.py REVOCABLE holds the SQL): the host revokes one from the
 # runtime role for that pass alone and grants it back once the pass answered.
@@ -708,12 +522,6 @@ op = "drain"
 works = 1
 '''
 
-    def run(self, case, step):
-        case.drain(case.impls["A"])
-
-    def replay(self, replay, step, skip):
-        replay.model.drain(replay.now, skip)
-
 
 # -- Work ---------------------------------------------------------------------------------------------------
 
@@ -748,39 +556,6 @@ state = "succeeded"
 [expect.tick]
 works = 1
 '''
-
-    def run(self, case, step):
-        args = step.args
-        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
-        if work_id is None:
-            case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
-            return
-        case.record(case.client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
-        case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
-
-    def run_beside(self, case, step):
-        """The transition from the host's own session while a pass is held (the implementation answers nothing
-        meanwhile): the Work terminal transaction locks the schedule's dispatch row, so it waits for a held
-        decision and comes wholly before or after it, or between a committed decision and the rest of the pass."""
-        args = step.args
-        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
-        if work_id is None:
-            case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
-            return "refused"
-        response = case.work_beside(work_id, args["state"])
-        if response is None:
-            return "waited"
-        case.record(response, f"{step.op} (beside the held barrier)")
-        if response.outcome != "ok":
-            return "refused"  # answered, and changed nothing
-        case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
-        return "committed"
-
-    def replay(self, replay, step, skip):
-        args = step.args
-        started = [o for o in replay.model.schedules[args["schedule"]].occurrences if o.state == "materialized"]
-        if _choose(started, args.get("nth", -1)) is not None:
-            replay.model.work(args["schedule"], args.get("nth", -1), args["state"], replay.now)
 
 
 @step_kind
@@ -821,14 +596,6 @@ works = 0
         except TimeError as exc:
             raise StepError(f"first: {exc}") from None
 
-    def run(self, case, step):
-        case.plant_work(step.args)
-
-    def replay(self, replay, step, skip):
-        args = step.args
-        replay.model.plant(args["schedule"], args.get("generation", 1), args.get("kind", "nominal"),
-                           relative(args["first"]))
-
 
 # -- operator steps ----------------------------------------------------------------------------------------
 
@@ -858,14 +625,6 @@ lifecycle = "suspended"
 suspension = "runtime-epoch"
 '''
 
-    def run(self, case, step):
-        case.model.advance_epoch()
-        with case.owner() as conn:
-            conn.execute("select appsurface_durable.advance_runtime_epoch()")
-
-    def replay(self, replay, step, skip):
-        replay.model.advance_epoch()
-
 
 @step_kind
 class AdvanceScopeGeneration(StepKind):
@@ -893,22 +652,6 @@ op = "process"
 lifecycle = "suspended"
 suspension = "scope-generation"
 '''
-
-    SQL = "select appsurface_durable.advance_scope_generation(%s)"
-
-    def run(self, case, step):
-        case.model.advance_scope_generation()
-        with case.owner() as conn:
-            conn.execute(self.SQL, (case.scope,))
-
-    def run_beside(self, case, step):
-        if not case.owner_beside(self.SQL, (case.scope,)):
-            return "waited"
-        case.model.advance_scope_generation()
-        return "committed"
-
-    def replay(self, replay, step, skip):
-        replay.model.advance_scope_generation()
 
 
 # -- backup and restore --------------------------------------------------------------------------------------
@@ -965,12 +708,6 @@ lifecycle = "active"
             raise StepError(f"a snapshot named {args['name']!r} was taken already")
         context.snapshots.add(args["name"])
 
-    def run(self, case, step):
-        case.take_snapshot(step.args["name"])
-
-    def replay(self, replay, step, skip):
-        replay.snapshots[step.args["name"]] = copy.deepcopy(replay.model)
-
 
 @step_kind
 class Restore(StepKind):
@@ -985,12 +722,6 @@ class Restore(StepKind):
     def validate(self, args, context):
         if args["name"] not in context.snapshots:
             raise StepError(f"no snapshot named {args['name']!r} is taken before this step")
-
-    def run(self, case, step):
-        case.restore_snapshot(step.args["name"])
-
-    def replay(self, replay, step, skip):
-        replay.model = copy.deepcopy(replay.snapshots[step.args["name"]])
 
 
 # -- validation ---------------------------------------------------------------------------------------------

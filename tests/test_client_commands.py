@@ -240,10 +240,10 @@ def test_an_accepted_release_of_no_definition_is_a_finding_not_a_harness_error()
 def test_an_ok_create_that_wrote_no_generation_is_a_finding_of_the_acceptance_check():
     from types import SimpleNamespace
 
-    from scenarios.steps import STEPS
+    from testhost.case.step_runs import RUNS
     case = SimpleNamespace(command_facts={})
     step = Step("create", {"schedule": "s", "spec": {"kind": "at", "at": "+60s", "target": {"command": "c"}}}, 0)
-    STEPS["create"].observe(case, step, None, None, (T, T))
+    RUNS["create"].observe(case, step, None, None, (T, T))
     [result] = commands.results(case.command_facts)
     assert result.name == "command-accepted-at" and not result.ok
     assert result.evidence == [{"step": 1, "op": "create", "wrong": ["answered ok, but no generation"]}]

@@ -19,7 +19,7 @@ from typing import Any
 from barriers import BY_NAME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.matrix import CasePlan
-from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
+from scenarios.steps import BESIDE_AFTER_DECISION, during_step, pass_denial, pass_limit
 
 from testhost.errors import FallbackFailed, TestHostError
 from testhost.faults.bridge_clock import BridgeClock
@@ -53,6 +53,7 @@ from testhost.world.worlds import CLOCK, NETWORK, World
 
 from . import case_facts
 from .barrier_facts import BarrierFacts
+from .step_runs import RUNS
 
 SCOPE = "tenant-a"
 DEADLINE_S = 2.0
@@ -637,11 +638,11 @@ class CaseRun:
                                                    (work_id,)).fetchone()))
 
     def step(self, step: Step) -> None:
-        """One step of the timeline, run by its kind (scenarios/steps.py)."""
+        """One step of the timeline, run by its kind's run (step_runs.py; the kind itself: scenarios/steps.py)."""
         self.note("step", index=step.index, op=step.op, args={k: v for k, v in step.args.items() if k != "spec"})
         frozen, self._freeze_next = self._freeze_next, False
         try:
-            STEPS[step.op].run(self, step)
+            RUNS[step.op].run(self, step)
         finally:
             if frozen:  # it stood still for this step alone, and runs on from where it stands
                 self.world.clock.unfreeze()
@@ -848,11 +849,11 @@ class CaseRun:
             # pass committed (a decided occurrence's bridge) before the step can fence it, as the model has it.
             self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
                       then="runs after the recovery")
-            self.after_recovery.append(lambda: STEPS[beside["step"].op].run(self, beside["step"]))
+            self.after_recovery.append(lambda: RUNS[beside["step"].op].run(self, beside["step"]))
         else:
             self.note("beside-barrier", op=beside["step"].op, barrier=beside["barrier"], outcome=outcome,
                       then="runs after the pass")
-            STEPS[beside["step"].op].run(self, beside["step"])
+            RUNS[beside["step"].op].run(self, beside["step"])
         self.beside_outcomes.append({"step": beside["step"].index + 1, "op": beside["step"].op,
                                      "barrier": beside["barrier"], "hit": beside["hit"], "outcome": outcome})
 
@@ -875,7 +876,7 @@ class CaseRun:
         after_decision = name in BESIDE_AFTER_DECISION
         claimed = beside["model_before"].claimed(beside["cutoff"], beside["limit"])[:beside["hit"]]
         after_pass, self.model = self.model, (self.model if after_decision else beside["model_before"])
-        beside["outcome"] = STEPS[step.op].run_beside(self, step)
+        beside["outcome"] = RUNS[step.op].run_beside(self, step)
         if beside["outcome"] == "committed" and not after_decision:
             self.model.pass_(beside["cutoff"], beside["limit"], first=claimed)
         elif beside["outcome"] != "committed":

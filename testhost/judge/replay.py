@@ -3,24 +3,13 @@ model says the scenario ends in, with no implementation and no database."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from scenarios.model import T0, Scenario, Step, relative
+from scenarios.model import T0, Scenario, Step
 from scenarios.steps import STEPS
 
-from .model import Generation, Model
-
-
-def generation_of(spec: dict, accepted_at: datetime) -> Generation:
-    """A scenario spec as the model's generation (its number is set by create or update)."""
-    return Generation(
-        1, spec["kind"], accepted_at,
-        at=relative(spec["at"]) if "at" in spec else None,
-        after=timedelta(seconds=spec["after_s"]) if "after_s" in spec else None,
-        every=timedelta(seconds=spec["every_s"]) if "every_s" in spec else None,
-        anchor=(relative(spec["anchor"]) if "anchor" in spec else accepted_at) if spec["kind"] == "every" else None,
-        misfire=spec.get("misfire_policy", "run-once"),
-        window=timedelta(seconds=spec.get("safety_window_s", 3600)))
+from .model import Model
+from .step_replays import REPLAYS
 
 
 class Replay:
@@ -39,9 +28,9 @@ class Replay:
         return [s.name for s in self.model.schedules.values() if self.model.due(s, self.now)]
 
     def step(self, step: Step, skip: frozenset = frozenset()) -> None:
-        """One step, by its kind (scenarios/steps.py); `skip`: schedules its pass claimed but a fault stopped it
-        from deciding."""
-        STEPS[step.op].replay(self, step, skip)
+        """One step, by its kind's replay (step_replays.py); `skip`: schedules its pass claimed but a fault stopped
+        it from deciding."""
+        REPLAYS[step.op].replay(self, step, skip)
 
     def recover(self, shifts: int, lease_seconds: float) -> None:
         """What a fault's recovery does to the clock and the model: each shift moves past the lease and drains."""
