@@ -11,7 +11,8 @@ from pathlib import Path
 
 from reports import counted
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify, default_jobs
+from testhost.runs.certify import certify
+from testhost.runs.options import Options, default_jobs
 from testhost.case.runner import REFERENCE_COMMAND, CasePlan, run_case
 from testhost.world.worlds import World
 

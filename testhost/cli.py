@@ -27,7 +27,7 @@ def _selection(args) -> dict:
     """The filters and case selection of certify, as Options fields."""
     from pathlib import Path
 
-    from testhost.runs.certify import failed_case_ids
+    from testhost.runs.options import failed_case_ids
     cases = list(args.case or [])
     if args.rerun_failed:
         try:
@@ -40,7 +40,7 @@ def _selection(args) -> dict:
 
 
 def _jobs(value: int | None) -> int:
-    from testhost.runs.certify import default_jobs
+    from testhost.runs.options import default_jobs
     if value is not None and value < 1:
         raise TestHostError(f"--jobs must be at least 1, not {value}")
     return value or default_jobs()
@@ -78,7 +78,8 @@ def _require_engine(args) -> None:
 def cmd_certify(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options, certify
+    from testhost.runs.certify import certify
+    from testhost.runs.options import Options
     from testhost.runs.shard import parse as parse_shard
     worlds = _world_options(args)
     jobs = _jobs(args.jobs)
@@ -100,7 +101,7 @@ def cmd_certify(args) -> int:
 def cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.mutation import run_mutants
     try:
         code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=_jobs(args.jobs), scenario=args.scenario),
@@ -115,7 +116,7 @@ def cmd_mutants(args) -> int:
 def cmd_variants(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.variation import run_variants
     jobs = _jobs(args.jobs)
     try:
@@ -186,7 +187,8 @@ def cmd_scenarios(args) -> int:
             for label, instance in s.instances.items():
                 print(f"{'':32} instance {label}: {instance.to_json()}")
         return 0
-    from testhost.runs.certify import Options, census
+    from testhost.runs.options import Options
+    from testhost.runs.stages import census
     worlds = _world_options(args)
     _require_engine(args)
     failed: list[dict] = []
@@ -316,7 +318,7 @@ class _Version(argparse.Action):
 
         from scenarios.model import load_catalog
 
-        from testhost.runs.certify import suite_version
+        from testhost.runs.run_report import suite_version
         try:
             package = version("crashproof")
         except PackageNotFoundError:

@@ -10,7 +10,8 @@ import pytest
 
 from barriers import CATALOG
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.errors import FallbackFailed
 from testhost.case.runner import CasePlan, CaseRun, store_pool
 

@@ -14,7 +14,8 @@ from barriers import CATALOG
 from mutants.catalog import LEASE
 from scenarios.matrix import expand
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.judge.checks import stall_took_over
 from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, lock_holder
 from testhost.case.runner import CasePlan, run_case

@@ -152,7 +152,7 @@ def test_the_report_readings_tell_the_variant_from_the_reference():
 @pytest.mark.world
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_each_variant_certifies_on_its_slice_where_its_difference_shows(variant, tmp_path, capsys):
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.variation import run_variants
     code, summary = run_variants(Options(report_dir=tmp_path, jobs=1, progress=lambda text: None), variant.name,
                                  slice_only=True)
