@@ -200,7 +200,7 @@ class ClientStep(StepKind):
                 before = commands.rows(conn)
         seen = self.before(case, step)
         started = case.world.clock.now()
-        response = case._client_op(self.operation, self.request(case, step))
+        response = case.client_op(self.operation, self.request(case, step))
         case._record(response, self.operation)
         changed = {}
         if refusal and response.outcome == "fail":
@@ -755,7 +755,7 @@ works = 1
         if work_id is None:
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return
-        case._record(case._client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+        case._record(case.client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
         case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
 
     def run_beside(self, case, step):

@@ -140,8 +140,8 @@ class BarrierFacts:
         except psycopg.Error as exc:  # a barrier after a crash may meet a server still starting: not judged
             self.unread.append(f"{name}: {type(exc).__name__}")
             return
-        beside = run._beside
-        read = {"barrier": name, "facts": facts, "quiet": quiet, "asked": run._asking.get(impl.label),
+        beside = run.beside
+        read = {"barrier": name, "facts": facts, "quiet": quiet, "asked": run.asking.get(impl.label),
                 "beside": (id(beside), beside and beside["outcome"])}
         self._states(name, schedule_id, facts)
         if sessions is not None:

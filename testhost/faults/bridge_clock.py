@@ -141,7 +141,7 @@ class BridgeClock:
         limit = time.monotonic() + WAIT_S
         waiter = None
         with self.run.world.admin() as admin:
-            while time.monotonic() < limit and impl.label in self.run._asking:
+            while time.monotonic() < limit and impl.label in self.run.asking:
                 found = admin.execute("select pid from pg_stat_activity where %s = any(pg_blocking_pids(pid))",
                                       (holder,)).fetchone()
                 if found:
@@ -150,7 +150,7 @@ class BridgeClock:
                 time.sleep(POLL_S)
         if waiter is None:
             hold["outcome"] = ("the request ended with no transaction waiting for the row"
-                               if impl.label not in self.run._asking else
+                               if impl.label not in self.run.asking else
                                f"no transaction waited for the row within {WAIT_S:.0f} s")
             self.run.note("bridge-clock-released", moved=False, reason=hold["outcome"])
             return

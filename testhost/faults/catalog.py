@@ -424,7 +424,7 @@ class Stall:
     @staticmethod
     def _lease_generation(run: "CaseRun", schedule_id: str) -> int | None:
         """The committed lease generation of the schedule's dispatch row (a plain read is not blocked by its lock)."""
-        rows = run._dispatch_rows(schedule_id)
+        rows = run.dispatch_rows(schedule_id)
         return rows[0]["lease_generation"] if rows else None
 
 
@@ -480,7 +480,7 @@ class Cancel:
         limit = time.monotonic() + self.wait_s
         try:
             with run.store.admin() as admin:
-                while time.monotonic() < limit and impl.label in run._asking:
+                while time.monotonic() < limit and impl.label in run.asking:
                     found = admin.execute("select pid from pg_stat_activity where %s = any(pg_blocking_pids(pid))",
                                           (holder,)).fetchone()
                     if found:

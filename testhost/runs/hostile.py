@@ -196,7 +196,7 @@ class HostileRun:
         case.impls["A"] = case.start_implementation("A")
         self.identity = self.identity or (case.impls["A"].hello or {}).get("implementation", "")
         self.schedule_id = BASE_SCHEDULE
-        response = case._client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
+        response = case.client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
         if response.outcome != "ok":
             from testhost.errors import TestHostError
             raise TestHostError(f"the hostile phase could not create its schedule: {response}")
@@ -257,9 +257,9 @@ class HostileRun:
         else:
             case.fallbacks.add(hostile.op)
             try:
-                response = case._fallback_call(hostile.op, hostile.args, uuid.uuid4())
+                response = case.fallback_call(hostile.op, hostile.args, uuid.uuid4())
             except Exception as exc:  # noqa: BLE001 - the fallback is the reference client: its crash is a finding
-                case._close_fallbacks()
+                case.close_fallbacks()
                 return Answer("crash", error={"message": f"the fallback (reference client) raised "
                                                          f"{type(exc).__name__}: {str(exc)[:300]}"})
         return Answer(response.outcome, response.problem, response.error, response.value)
@@ -267,7 +267,7 @@ class HostileRun:
     def close(self) -> None:
         if self.case is not None:
             case, self.case = self.case, None
-            case._teardown()
+            case.teardown()
 
 
 class HostileSearch:

@@ -63,13 +63,13 @@ class Pool:
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
-    def _processes(self) -> list:
+    def _workers(self) -> list:
         # The executor's worker processes: concurrent.futures has no public way to them.
         return list((getattr(self.executor, "_processes", None) or {}).values())
 
     def terminate(self) -> None:
         """SIGTERM every worker: each kills its implementations and its world, then exits."""
-        for worker in self._processes():
+        for worker in self._workers():
             try:
                 os.kill(worker.pid, signal.SIGTERM)
             except (ProcessLookupError, TypeError):
@@ -77,7 +77,7 @@ class Pool:
 
     def abort(self, timeout: float = 60.0) -> None:
         """Stop every worker now and wait for each to have torn its world down."""
-        processes = self._processes()
+        processes = self._workers()
         self.terminate()
         deadline = time.monotonic() + timeout
         for worker in processes:
