@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from barriers.catalog import CANCEL_BARRIERS
 
-from . import Edit, Mutant
+from .edits import Edit, Mutant
 
 ONE_TRANSACTION = "It writes the occurrence disposition and cursor movement in one scoped transaction."
 DETERMINISTIC = ("It uses a deterministic target command, activity, Work ID, and idempotency identity derived from "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mutants import Edit
+from mutants.edits import Edit
 
-from . import Variant
+from .variant import Variant
 
 # What each variant exercises: a verbatim sentence of the spec or PROTOCOL.md, or a protocol note by number.
 HIGH_WATER = "The cursor is a durable UTC high-water mark."
