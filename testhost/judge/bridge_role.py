@@ -24,7 +24,6 @@ MEMBER = "crashproof_runtime_member"
 # made once per world; the default is the store's, set when the copy starts and reset when the case ends.
 DEFAULT_ROLE_LOGIN = "crashproof_runtime_by_default"
 LOGIN_ROLES = {"member": MEMBER, "default-role": DEFAULT_ROLE_LOGIN}
-LOGINS = tuple(LOGIN_ROLES)
 DEMOTED_AT = "schedule-decision-after-commit"
 # A privilege every scoped transaction needs first, whatever its statements: PROTOCOL.md has every one set its scope
 # with set_local_scope, so without EXECUTE on it the first statement fails with SQLSTATE 42501, before any write.
