@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from barriers import BY_NAME
+from barriers.catalog import PROCESSOR_TRANSACTIONS
+from barriers.schema import DISPATCHER, REVOCABLE, RUNTIME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.steps import BESIDE_AFTER_DECISION, STEPS, during_step, pass_denial, pass_limit
 
 from testhost.errors import FallbackFailed, TestHostError
 from testhost.faults.bridge_clock import BridgeClock
 from testhost.faults.cancel_pass import CancelPlan, keeps_committed
-from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, Injection
+from testhost.faults.catalog import FAULTS, Injection
 from testhost.impl import skew
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
@@ -47,7 +49,7 @@ from testhost.judge.timelines import Timelines
 from testhost.judge.verdict import baseline as make_baseline, fault_free_judges
 from testhost.world.components import find_libfaketime
 from testhost.world.sessions import KeptSession
-from testhost.world.store import DISPATCHER, RUNTIME, Store, StorePool
+from testhost.world.store import Store, StorePool
 from testhost.world.worlds import CLOCK, NETWORK, World
 
 from . import case_facts
@@ -757,7 +759,7 @@ class CaseRun:
     def denied_pass(self, step: Step, label: str, request: dict, denial: str) -> None:
         """A pass whose bridge must be refused: its privilege revoked for it alone (granted back however it ends),
         the scoped rows read around it; the model takes nothing from it."""
-        revoked = denial in bridge_role.REVOCABLE
+        revoked = denial in REVOCABLE
         try:
             with self.owner() as conn:
                 if revoked:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from barriers.schema import OWNER
+
 if TYPE_CHECKING:
     from testhost.impl.implementation import Implementation
     from testhost.case.runner import CaseRun
@@ -92,7 +94,7 @@ class BridgeClock:
         self.holds.append(hold)
         conn = None
         try:
-            conn = psycopg.connect(self.run.store.dsn("appsurface_durable_owner"), autocommit=False)
+            conn = psycopg.connect(self.run.store.dsn(OWNER), autocommit=False)
             held_from = conn.execute("select clock_timestamp()").fetchone()[0]
             # NOWAIT: a row another transaction holds (a racer's, or the cancel fault's own hold) is not ours to
             # hold; the next committed decision offers the hold again.
