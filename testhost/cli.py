@@ -224,7 +224,7 @@ def cmd_explore(args) -> int:
     if args.hostile is not None and args.hostile < 0:
         raise TestHostError("--hostile must be 0 (no hostile phase) or more")
     if args.replay_hostile:
-        from testhost.runs.hostile import replay
+        from testhost.runs.hostile_phase import replay
         return replay(Path(args.replay_hostile), args.impl)  # the file's own --impl unless one is given
     worlds = _world_options(args)
     _require_engine(args)

@@ -29,7 +29,7 @@ from testhost.faults.catalog import FAULTS, Injection
 from testhost.impl import skew
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from testhost.impl.instances import instance_setup
+from testhost.impl.instance_setup import instance_setup
 from testhost.judge import bridge_role
 from testhost.judge.checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,

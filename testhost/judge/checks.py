@@ -1576,7 +1576,7 @@ def cancel_retried(details: dict, answers: list[dict]) -> CheckResult | None:
                              "expected": "ok after a retry, or fail/unknown with retriable: true"})
     return CheckResult("cancel-retried", CANCEL_RETRIED, not evidence, evidence, 1 + len(hit))
 
-# The hostile phase of `crashproof explore` (testhost/runs/hostile.py) judges under these.
+# The hostile phase of `crashproof explore` (testhost/runs/hostile_phase.py) judges under these.
 HOSTILE_CLIENT = rule_of(
     "hostile-client-inputs",
     "Schedule API validation and domain conflicts return durable problem results. (A client operation given one "

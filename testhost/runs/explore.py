@@ -30,7 +30,7 @@ from testhost.impl import provenance
 
 from . import workers
 from .explore_search import PROFILES, Profile, Search, Stats
-from .hostile import TARGETS, targets_text
+from .hostile_phase import TARGETS, targets_text
 from .options import SCHEMA_STAGE_ID, Options as CertifyOptions, preflight
 from .pool import Pool, RunStopped, StopSignals, executors
 from .run_report import SUITE
@@ -83,7 +83,7 @@ def _job(job: dict, updates) -> dict:
 
 def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates) -> dict:
     """This job's share of hostile calls, in a store and a start of the implementation of their own."""
-    from .hostile import HostileRun, HostileSearch
+    from .hostile_phase import HostileRun, HostileSearch
 
     stats = Stats()
     search = HostileSearch(HostileRun(workers.world(), job["command"], Path(job["log_dir"]), migrations),
