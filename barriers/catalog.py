@@ -51,6 +51,8 @@ CATALOG: tuple[Barrier, ...] = (
 )
 
 BY_NAME = {barrier.name: barrier for barrier in CATALOG}
+# The transactions of a processor's pass (`process-due`): a claim, a decision, a bridge.
+PROCESSOR_TRANSACTIONS = frozenset({"dispatcher claim", "scoped decision", "scoped bridge"})
 
 
 def required_of(operations) -> set[str]:

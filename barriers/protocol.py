@@ -268,7 +268,6 @@ COUNTS = (
     Count("recovery_skipped", "recovery ranges this pass skipped under misfire policy `skip`",
           "this many new `schedule_history` rows with event `recovery-skipped`"),
 )
-BY_COUNT = {count.name: count for count in COUNTS}
 
 # How the host compares the counts, rendered under the table of counts in PROTOCOL.md.
 COUNT_RULES = (

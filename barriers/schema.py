@@ -12,6 +12,10 @@ from dataclasses import dataclass
 OWNER = "appsurface_durable_owner"
 RUNTIME = "appsurface_durable_runtime"
 DISPATCHER = "appsurface_durable_dispatcher"
+# A privilege every scoped transaction needs first, whatever its statements: PROTOCOL.md has every one set its scope
+# with set_local_scope, so without EXECUTE on it the first statement fails with SQLSTATE 42501, before any write. The
+# host revokes it from the runtime role for one pass (the scenario step field `revoke`): by name, its privilege.
+REVOCABLE = {"set-local-scope": "execute on function appsurface_durable.set_local_scope(text)"}
 
 # Exact table-level privileges per (table, grantee). History partitions carry the parent's. Every other
 # relation (a table of the implementation's own, a sequence, a view) is granted to nobody but its owner.

@@ -65,10 +65,10 @@ def cpu(world: World) -> dict[str, float]:
     """CPU so far per process kind. PostgreSQL: the postmaster, its live children and the backends it reaped;
     the implementation: the fork server and every process it forked and reaped."""
     pg = _postgres(world.cluster.pid) + _crashed["postgres"]
-    impl = sum(sum(_stat(s._process.pid)) for s in forkserver._servers.values())
+    impl = sum(sum(_stat(s.pid)) for s in forkserver.servers())
     times = os.times()
     return {"host (case, readers, store pool)": times.user + times.system,
-            "postgres": pg, "implementation": impl, "toxiproxy": sum(_stat(world.toxiproxy._process.pid))}
+            "postgres": pg, "implementation": impl, "toxiproxy": sum(_stat(world.toxiproxy.pid))}
 
 
 class Phases:
@@ -145,7 +145,7 @@ def instrument() -> Phases:
     phases.wrap(CaseRun, "schedule_rows", "schedule_rows")
     phases.wrap(CaseRun, "ensure_partitions", "ensure_partitions")
     phases.wrap(CaseRun, "_model_client_step", "model client step (reads generation)")
-    phases.wrap(CaseRun, "_teardown", "teardown (stop implementations, give back)")
+    phases.wrap(CaseRun, "teardown", "teardown (stop implementations, give back)")
     phases.wrap(runner, "read_state", "read_state")
     phases.wrap(runner.Implementation, "request", "implementation requests")
     phases.wrap(runner.Implementation, "stop", "implementation stop")

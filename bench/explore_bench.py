@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from reports import counted
-from testhost.runs.certify import Options as CertifyOptions, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options as CertifyOptions
 
 from .figures import Figure
 

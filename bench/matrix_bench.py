@@ -12,7 +12,8 @@ from pathlib import Path
 from reports import counted
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify, default_jobs
+from testhost.runs.certify import certify
+from testhost.runs.options import Options, default_jobs
 from testhost.case.runner import REFERENCE_COMMAND, run_case
 from testhost.world.worlds import World
 

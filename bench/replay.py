@@ -19,7 +19,7 @@ import psycopg
 from psycopg import pq
 
 from reference import ProcessRequest, ScheduleProcessor
-from reference.db import _CONTROL, GENERIC_PLANS, Session, _server_form
+from reference.db import GENERIC_PLANS, TRANSACTION_CONTROL, Session, server_form
 
 from .figures import backend_cpu
 
@@ -46,13 +46,13 @@ class _RecordingSession(Session):
         rows = super()._send(sent, committing=committing)
         trip: list[Statement] = []
         for sql, params in sent:
-            if sql in _CONTROL or params is None:
+            if sql in TRANSACTION_CONTROL or params is None:
                 trip.append((sql, None, False))
                 continue
             prepared = self._prepared[sql]
             values = (self._adapters.dump_sequence([params[name] for name in prepared.params], prepared.formats)
                       if prepared.params else None)
-            trip.append((_server_form(sql)[0], values, True))
+            trip.append((server_form(sql)[0], values, True))
         self._log.append((self._role, trip, rows))
         return rows
 

@@ -14,7 +14,8 @@ from reports import counted
 from reports.browser import chromium
 from reports.html import Html
 from reports.report import load, summary, write
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 
 from .figures import Figure, median_of
 

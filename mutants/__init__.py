@@ -6,7 +6,7 @@ NAME` runs it through the same adapter protocol as the reference. An edit to a m
 schema, so the harness builds that mutant's stores from its copy's migrations.
 """
 
-from .edits import Edit, Mutant, MutantError, _reference_root, apply_edits, materialize, migrations_dir  # noqa: F401
+from .edits import Edit, Mutant, MutantError, apply_edits, materialize, migrations_dir, reference_root  # noqa: F401
 from .catalog import BY_NAME, MUTANTS
 
 __all__ = ["BY_NAME", "MUTANTS", "Edit", "Mutant", "MutantError", "apply_edits", "materialize", "migrations_dir"]

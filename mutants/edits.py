@@ -48,7 +48,7 @@ class Mutant:
         return f"{shlex.quote(sys.executable)} -m mutants {self.name}"
 
 
-def _reference_root() -> Path:
+def reference_root() -> Path:
     """Where the installed reference lives, found without importing it (the launcher imports the copy)."""
     spec = importlib.util.find_spec("reference")
     if spec is None or not spec.submodule_search_locations:
@@ -71,7 +71,7 @@ def apply_edits(mutant: Mutant, read) -> dict[str, str]:
 
 def materialize(mutant: Mutant, base: Path | None = None) -> Path:
     """A directory holding the mutant's copy of the `reference` package (made once per content)."""
-    root = _reference_root()
+    root = reference_root()
     texts = apply_edits(mutant, lambda p: (root / p).read_text())
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from .errors import BridgeRoleError, DurableError, translate
 
 SCOPE_SETTING = "appsurface_durable.scope_id"
-_CONTROL = ("begin", "commit", "rollback")
+TRANSACTION_CONTROL = ("begin", "commit", "rollback")
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
 _FAILED = psycopg.pq.ExecStatus.FATAL_ERROR
 _TEXT = PyFormat.TEXT
@@ -37,7 +37,7 @@ class _Prepared:
     formats: list[PyFormat]
 
 
-def _server_form(sql: str) -> tuple[str, tuple[str, ...]]:
+def server_form(sql: str) -> tuple[str, tuple[str, ...]]:
     """psycopg's %(name)s placeholders as PREPARE's $1..$n (a repeated name keeps its number); %% is %."""
     names: list[str] = []
 
@@ -265,7 +265,7 @@ class Session:
         new: dict[str, _Prepared] = {}
         dump = self._adapters.dump_sequence
         for sql, params in sent:
-            if sql in _CONTROL or params is None:
+            if sql in TRANSACTION_CONTROL or params is None:
                 slots.append(len(commands))
                 commands.append((pgconn.send_query_params, (sql.encode(self._encoding), None)))
                 executes.append(None)
@@ -275,7 +275,7 @@ class Session:
                 # A fresh name each time: a statement prepared in a pipeline that failed later may exist
                 # unrecorded; it is never reused.
                 self._statements += 1
-                server_sql, names = _server_form(sql)
+                server_sql, names = server_form(sql)
                 prepared = new[sql] = _Prepared(f"reference_{self._statements}".encode(), names,
                                                 [_TEXT] * len(names))
                 commands.append((pgconn.send_prepare, (prepared.name, server_sql.encode(self._encoding))))

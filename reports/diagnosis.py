@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Callable
 
 from barriers.contract import CHANGES, CHANGES_PAGE
+from barriers.schema import RUNTIME
 
 from . import counted, matrix
 
@@ -117,7 +118,7 @@ def _no_scoped_commit_cause(case: dict) -> str:
             "appsurface_durable.set_local_scope(scope_id)`; a transaction-local `set_config("
             "'appsurface_durable.scope_id', ..., true)` (or SET LOCAL, or a value left at session level) authorizes "
             "nothing, so every scoped row reads as absent (`unknown-scope`, `scope-not-found`). Before it, the "
-            "transaction proves `current_user` is `appsurface_durable_runtime` on the connection as it logged in "
+            f"transaction proves `current_user` is `{RUNTIME}` on the connection as it logged in "
             f"(never by SET ROLE); {last_error(case)}")
 
 

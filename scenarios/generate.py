@@ -940,8 +940,4 @@ def scenario_toml(steps: list[dict], description: str, comments: tuple[str, ...]
             f"{steps_toml(steps)}")
 
 
-def generated_ops() -> set[str]:
-    return set(GENERATORS)
-
-
 assert set(GENERATORS) <= set(STEPS), sorted(set(GENERATORS) - set(STEPS))

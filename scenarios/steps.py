@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS
+from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS, PROCESSOR_TRANSACTIONS
 from barriers.protocol import PROBLEMS
+from barriers.schema import REVOCABLE
 
 from .errors import StepError, TimeError
 from .times import relative
@@ -348,13 +349,10 @@ occurrences = []
 
 # -- processing ----------------------------------------------------------------------------------------------
 
-PASS_TRANSACTIONS = frozenset({"dispatcher claim", "scoped decision", "scoped bridge"})
-
-
 class Pass(StepKind):
     """A process-due request to one processor (`process`) or to two at once (`race`)."""
 
-    transactions = PASS_TRANSACTIONS
+    transactions = PROCESSOR_TRANSACTIONS
 
     def labels(self, step: "Step") -> list[str]:
         raise NotImplementedError
@@ -403,14 +401,13 @@ class Pass(StepKind):
     def claims(self, step):
         return pass_limit(step.args) * len(self.labels(step))
 
-# Privileges a pass may run without (testhost/judge/bridge_role.py REVOCABLE holds the SQL): the host revokes one from the
-# runtime role for that pass alone and grants it back once the pass answered.
-REVOCABLE = ("set-local-scope",)
+# Privileges a pass may run without (barriers/schema.py REVOCABLE): the host revokes one from the runtime role for
+# that pass alone and grants it back once the pass answered.
 REVOKE = Field("revoke", (str,), "run the pass with this privilege revoked from the runtime role, granted back once "
                "it answered: `set-local-scope` is EXECUTE on appsurface_durable.set_local_scope(text), which every "
                "scoped transaction needs first (SQLSTATE 42501). With something due the pass must commit nothing "
                "scoped and answer `fail` (or `unknown` once its claim committed) with `retriable: false` "
-               "(`bridge-failure-not-retriable`); the model takes nothing from it", choices=REVOCABLE)
+               "(`bridge-failure-not-retriable`); the model takes nothing from it", choices=tuple(REVOCABLE))
 
 
 DEMOTE = Field("demote_after_decision", (bool,), "true: take the runtime role from the copy's runtime login between "
@@ -503,7 +500,7 @@ works = 1
 @step_kind
 class Drain(StepKind):
     op = "drain"
-    transactions = PASS_TRANSACTIONS
+    transactions = PROCESSOR_TRANSACTIONS
     summary = "Fault-free passes of copy A until nothing is due."
     example = '''description = "Everything due is processed."
 [[steps]]

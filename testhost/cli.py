@@ -27,7 +27,7 @@ def _selection(args) -> dict:
     """The filters and case selection of certify, as Options fields."""
     from pathlib import Path
 
-    from testhost.runs.certify import failed_case_ids
+    from testhost.runs.options import failed_case_ids
     cases = list(args.case or [])
     if args.rerun_failed:
         try:
@@ -40,7 +40,7 @@ def _selection(args) -> dict:
 
 
 def _jobs(value: int | None) -> int:
-    from testhost.runs.certify import default_jobs
+    from testhost.runs.options import default_jobs
     if value is not None and value < 1:
         raise TestHostError(f"--jobs must be at least 1, not {value}")
     return value or default_jobs()
@@ -78,7 +78,8 @@ def _require_engine(args) -> None:
 def cmd_certify(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options, certify
+    from testhost.runs.certify import certify
+    from testhost.runs.options import Options
     from testhost.runs.shard import parse as parse_shard
     worlds = _world_options(args)
     jobs = _jobs(args.jobs)
@@ -100,7 +101,7 @@ def cmd_certify(args) -> int:
 def cmd_mutants(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.mutation import run_mutants
     try:
         code, _ = run_mutants(Options(report_dir=Path(args.report_dir), jobs=_jobs(args.jobs), scenario=args.scenario),
@@ -115,7 +116,7 @@ def cmd_mutants(args) -> int:
 def cmd_variants(args) -> int:
     from pathlib import Path
 
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.variation import run_variants
     jobs = _jobs(args.jobs)
     try:
@@ -186,7 +187,8 @@ def cmd_scenarios(args) -> int:
             for label, instance in s.instances.items():
                 print(f"{'':32} instance {label}: {instance.to_json()}")
         return 0
-    from testhost.runs.certify import Options, census
+    from testhost.runs.options import Options
+    from testhost.runs.stages import census
     worlds = _world_options(args)
     _require_engine(args)
     failed: list[dict] = []
@@ -222,7 +224,7 @@ def cmd_explore(args) -> int:
     if args.hostile is not None and args.hostile < 0:
         raise TestHostError("--hostile must be 0 (no hostile phase) or more")
     if args.replay_hostile:
-        from testhost.runs.hostile import replay
+        from testhost.runs.hostile_phase import replay
         return replay(Path(args.replay_hostile), args.impl)  # the file's own --impl unless one is given
     worlds = _world_options(args)
     _require_engine(args)
@@ -316,7 +318,7 @@ class _Version(argparse.Action):
 
         from scenarios.model import load_catalog
 
-        from testhost.runs.certify import suite_version
+        from testhost.runs.run_report import suite_version
         try:
             package = version("crashproof")
         except PackageNotFoundError:
@@ -342,12 +344,8 @@ def _world_arguments(parser: argparse.ArgumentParser) -> None:
                         "has imported psycopg already (default), or spawned afresh like every other command")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crashproof", description=__doc__, epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action=_Version, help="print the package and suite versions")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _certify_command(sub) -> None:
+    """`crashproof certify` and its arguments."""
     certify = sub.add_parser("certify", help="certify an implementation against the barrier suite", epilog=EXIT_CODES
                              + "\nSIGTERM, SIGINT or SIGHUP stop a run: cases in flight are abandoned, every world "
                              "and process\nis torn down, and a partial report (\"interrupted\": true) is written; a "
@@ -378,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     _world_arguments(certify)
     certify.set_defaults(run=cmd_certify)
 
+
+def _mutants_command(sub) -> None:
+    """`crashproof mutants` and its arguments."""
     mutants = sub.add_parser("mutants", help="run the matrix against every mutant of the reference; prints which "
                              "cases caught each one and under which rule, then the mutation score")
     mutants.add_argument("--report-dir", default="report", help="where mutants.json goes (default: report)")
@@ -396,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "not only until it is killed")
     mutants.set_defaults(run=cmd_mutants)
 
+
+def _variants_command(sub) -> None:
+    """`crashproof variants` and its arguments."""
     legal = sub.add_parser("variants", help="certify every legal variant of the reference (another way the contract "
                            "allows, variants/): each must pass the whole matrix, and a failure is reported as a harness "
                            "defect; one line per variant (docs/variants.md)")
@@ -408,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     legal.add_argument("--slice-only", action="store_true", help="each variant on its slice only (the cases where its "
                        "difference shows) instead of the whole matrix")
     legal.set_defaults(run=cmd_variants)
+
+
+def _report_command(sub) -> None:
+    """`crashproof report` and its actions."""
     rep = sub.add_parser("report", help="render, show, compare, merge, sign and verify reports (from report.json)")
     actions = rep.add_subparsers(dest="action", required=True)
     rendering = actions.add_parser("render", help="write report.html, report.md, junit.xml and certificate.json "
@@ -434,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     verifying.add_argument("--signer", help="the principal the signature must be from")
     rep.set_defaults(run=cmd_report)
 
+
+def _listing_commands(sub) -> None:
+    """`crashproof barriers` and `crashproof coverage`."""
     listing = sub.add_parser("barriers", help="list the barrier catalog")
     listing.set_defaults(run=cmd_barriers)
     cover = sub.add_parser("coverage", help="how many spec sentences certification enforces (docs/certification.md): "
@@ -442,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     cover.add_argument("--unproven", action="store_true",
                        help="also list the sentences checked without a mutant proving it, and what each lacks")
     cover.set_defaults(run=cmd_coverage)
+
+
+def _scenarios_command(sub) -> None:
+    """`crashproof scenarios` and its arguments."""
     scen = sub.add_parser("scenarios", help="list the scenario catalog; `scenarios import FILE` adds a file to it")
     scen.add_argument("action", nargs="?", choices=["import"], help="import FILE into the catalog (the first "
                       "--catalog DIR, else the built-in one) once its case passes on the reference and, with --impl, "
@@ -460,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     _world_arguments(scen)
     scen.set_defaults(run=cmd_scenarios)
 
+
+def _explore_command(sub) -> None:
+    """`crashproof explore` and its arguments."""
     exploring = sub.add_parser("explore", help="generated timelines with drawn faults against an implementation; "
                                "each failure shrunk to a scenario file", epilog=EXIT_CODES,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -482,11 +500,29 @@ def build_parser() -> argparse.ArgumentParser:
     _world_arguments(exploring)
     exploring.set_defaults(run=cmd_explore)
 
+
+def _world_command(sub) -> None:
+    """`crashproof world` and its arguments."""
     world = sub.add_parser("world", help="bring a world up or down by hand, to poke at it with psql")
     world.add_argument("action", choices=["up", "down", "status"])
     world.add_argument("--name", default="default")
     world.add_argument("--port", type=int, help="PostgreSQL port (default: a free one)")
     world.set_defaults(run=cmd_world)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crashproof", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, help="print the package and suite versions")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _certify_command(sub)
+    _mutants_command(sub)
+    _variants_command(sub)
+    _report_command(sub)
+    _listing_commands(sub)
+    _scenarios_command(sub)
+    _explore_command(sub)
+    _world_command(sub)
     return parser
 
 

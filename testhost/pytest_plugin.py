@@ -104,7 +104,8 @@ def _item_name(plan: CasePlan) -> str:
 
 
 def _census_rows(config) -> list[list]:
-    from testhost.runs.certify import Options, census
+    from testhost.runs.options import Options
+    from testhost.runs.stages import census
     command, scenario, barrier, fault = (config.getoption(o) for o in (
         "crashproof_impl", "crashproof_scenario", "crashproof_barrier", "crashproof_fault"))
     plans, _ = census(Options(command=command, scenario=scenario, barrier=barrier, fault=fault))

@@ -10,7 +10,8 @@ import pytest
 
 from testhost.impl import build_stage
 from testhost.impl.build_stage import BuildStageFailed
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.world.processes import group_members
 
 BUILD_S = 6  # longer than the hello timeout the test sets: a case's start could not have built it

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from testhost.impl.build_stage import BuildStageFailed
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.world.processes import group_members, is_alive
 
 ADAPTERS = Path(__file__).parent / "adapters"

@@ -7,7 +7,7 @@ import psycopg
 
 from testhost.case.runner import await_commits_in_flight
 from testhost.world.sessions import KeptSession
-from testhost.world.store import RUNTIME
+from barriers.schema import RUNTIME
 
 
 def test_the_wait_ends_when_the_open_transaction_commits_and_gives_up_at_its_bound(store):

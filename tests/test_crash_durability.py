@@ -8,7 +8,9 @@ import sys
 from barriers import CATALOG
 from scenarios.matrix import expand
 from scenarios.model import is_builtin, load_catalog
-from testhost.runs.certify import Options, census, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
+from testhost.runs.stages import census
 from testhost.judge.checks import CRASH_DURABILITY, crash_durability
 from testhost.faults.catalog import DB_CRASH_SCENARIOS, FAULTS
 

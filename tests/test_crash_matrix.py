@@ -8,7 +8,8 @@ from barriers import CATALOG
 from reports.report import validate
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.faults.catalog import FAULTS
 from testhost.case.runner import REFERENCE_COMMAND, run_case
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from barriers.contract import CHANGES
-from mutants import _reference_root, materialize
+from mutants import materialize, reference_root
 from reports import diagnosis
 from reports.markdown import Markdown
 from reports.report import load
@@ -56,7 +56,7 @@ def test_the_scope_diagnosis_names_set_local_scope_the_transaction_local_set_con
 @pytest.mark.parametrize("plant", PLANTS, ids=lambda p: p.diagnosis)
 def test_each_plant_applies_to_the_reference_exactly_once(plant, tmp_path):
     root = materialize(plant.mutant, tmp_path)
-    reference = _reference_root()
+    reference = reference_root()
     changed = sorted(str(p.relative_to(root / "reference")) for p in (root / "reference").rglob("*")
                      if p.is_file() and (reference / p.relative_to(root / "reference")).read_bytes() != p.read_bytes())
     assert changed == sorted({e.path for e in plant.mutant.edits})

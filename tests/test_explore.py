@@ -486,7 +486,8 @@ def test_certify_says_when_a_find_replays_with_other_code_than_found_it(tmp_path
     """A find's file records the code that found it; certify, replaying it with that --impl, names what differs
     (here its package digest, as after an edit) on standard error and in the report, and judges as ever."""
     from testhost.impl import provenance
-    from testhost.runs.certify import Options as CertifyOptions, certify
+    from testhost.runs.certify import certify
+    from testhost.runs.options import Options as CertifyOptions
 
     code = provenance.resolve(REFERENCE_COMMAND)
     found_with = dict(code, module_sha256="0" * 64)

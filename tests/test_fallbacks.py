@@ -11,7 +11,8 @@ import pytest
 from barriers import CATALOG
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.errors import FallbackFailed
 from testhost.case.runner import CaseRun, store_pool
 
@@ -84,4 +85,4 @@ def test_a_fallback_that_cannot_reach_the_server_is_a_harness_error_not_the_impl
             run.client_op("delete", {"schedule_id": str(scenario.schedule_id("launch")), "expected_revision": 1})
         assert [e for e in run.timeline if e["event"] == "fallback-retry"], "the fallback retried first"
     finally:
-        run._teardown()
+        run.teardown()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from barriers import CATALOG
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.faults.catalog import FAULTS
 
 RUN = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"

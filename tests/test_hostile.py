@@ -18,7 +18,7 @@ from reference.model import check
 from reference.problems import Problem
 from scenarios.hostile import CLAIM, CLIENT_OPS, Hostile, hostile_claim, hostile_command, sweep
 from testhost.runs.explore import Options, explore
-from testhost.runs.hostile import (CLAIM_RULE, CLIENT_RULE, Answer, HostileRun, HostileSearch, changed, judge,
+from testhost.runs.hostile_phase import (CLAIM_RULE, CLIENT_RULE, Answer, HostileRun, HostileSearch, changed, judge,
                               names_field, replay, snapshot, targets_text)
 from testhost.case.runner import REFERENCE_COMMAND
 
@@ -244,7 +244,7 @@ class _RaisingFallback(HostileRun):
 
         def raising(op, args, command_id):
             raise KeyError("planted")
-        self.case._fallback_call = raising
+        self.case.fallback_call = raising
 
 
 def test_a_fallback_that_raises_is_a_finding_not_a_harness_error(world, tmp_path):
@@ -294,7 +294,7 @@ def test_each_job_takes_its_share_of_the_hostile_calls():
 
 
 def test_a_run_whose_schedule_cannot_be_created_is_a_harness_error(world, tmp_path, monkeypatch):
-    from testhost.runs import hostile
+    from testhost.runs import hostile_phase as hostile
     from testhost.errors import TestHostError
     monkeypatch.setattr(hostile, "BASE_SPEC", {"kind": "every", "every_s": 0, "target": {"command": "x"}})
     run = HostileRun(world, REFERENCE_COMMAND, tmp_path / "logs")

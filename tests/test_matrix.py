@@ -53,7 +53,7 @@ def test_a_dying_worker_fails_only_its_own_case_and_the_pool_is_renewed():
     from concurrent.futures import ProcessPoolExecutor
 
     from protocol_helpers import fake_case_worker
-    from testhost.runs.certify import Pool, Progress, run_cases
+    from testhost.runs.pool import Pool, Progress, run_cases
     from scenarios.matrix import CasePlan
 
     pools = []
@@ -82,7 +82,7 @@ def test_an_aborted_pool_waits_for_its_manager_thread_so_the_exit_hook_meets_a_c
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from testhost.runs.certify import Pool
+    from testhost.runs.pool import Pool
 
     executors = []
 

@@ -37,8 +37,8 @@ def test_every_mutant_breaks_a_verbatim_spec_sentence_or_adapter_protocol_rule()
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_each_mutant_applies_exactly_once_and_changes_only_its_files(mutant, tmp_path):
     root = materialize(mutant, tmp_path)
-    from mutants import _reference_root
-    reference = _reference_root()
+    from mutants import reference_root
+    reference = reference_root()
     changed = sorted(str(p.relative_to(root / "reference")) for p in (root / "reference").rglob("*")
                      if p.is_file() and (reference / p.relative_to(root / "reference")).read_bytes() != p.read_bytes())
     assert changed == sorted({e.path for e in mutant.edits})

@@ -11,7 +11,8 @@ from barriers.contract import VERSION
 from mutants import Edit, Mutant, materialize
 from mutants.catalog import CANCEL_PASS_REPLY
 from reports.report import outcome
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 
 pytestmark = pytest.mark.world
 

@@ -163,7 +163,7 @@ def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path,
     from testhost.runs import mutation
     from scenarios.matrix import CasePlan
     folders = []
-    monkeypatch.setattr(mutation, "_worker_run", lambda plan, command, log_dir, baseline, migrations: folders.append(
+    monkeypatch.setattr(mutation, "run_plan", lambda plan, command, log_dir, baseline, migrations: folders.append(
         (plan.id, log_dir)) or {})
     plan = CasePlan("at-single", "schedule-link-after-commit", "kill", 1)
     for label, command in [("control", "examples/go/run.sh"), ("skip-fence", "/tmp/a/examples/go/run.sh"),
@@ -176,7 +176,7 @@ def test_the_control_and_each_patched_copy_log_to_folders_of_their_own(tmp_path,
 
 
 def test_a_patch_named_control_is_refused(tmp_path):
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.mutation import run_mutants
     root = _tiny_root(tmp_path)
     (root / "mutants" / "control.patch").write_text(

@@ -20,7 +20,7 @@ from reports.markdown import Markdown
 from reports.report import Loaded, build, which_code, which_code_text
 from scenarios.model import parse
 from testhost.impl import provenance
-from testhost.runs.certify import reference_census
+from testhost.runs.stages import reference_census
 from testhost.runs.explore import Options as ExploreOptions, write_failure
 from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT
 

@@ -600,11 +600,11 @@ def test_the_slot_query_planned_on_empty_tables_still_looks_up_one_schedule(stor
     query's plan must then still find the schedule's own occurrences by key and each one's Work by key: a
     join planned on empty tables read every occurrence and Work of the scope on every call."""
     import psycopg
-    from reference.db import GENERIC_PLANS, _server_form
+    from reference.db import GENERIC_PLANS, server_form
     from reference.sql import query
 
     store.create_scope("tenant-plan")
-    text, names = _server_form(query("schedule", "slot_busy"))
+    text, names = server_form(query("schedule", "slot_busy"))
     with psycopg.connect(store.runtime_dsn, autocommit=True, options=GENERIC_PLANS) as conn:
         conn.execute("begin")
         conn.execute("select appsurface_durable.set_local_scope('tenant-plan')")

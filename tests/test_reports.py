@@ -17,7 +17,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 from reports import ReportError, certificate, compare, render
 from reports.junit import case_name
 from reports.report import load, outcome, standing, summary, write
-from testhost.runs.certify import exit_code
+from testhost.runs.run_report import exit_code
 
 pytestmark = pytest.mark.world
 

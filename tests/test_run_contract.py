@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testhost.runs.certify import Options, certify, exit_code
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
+from testhost.runs.run_report import exit_code
 from testhost.world.processes import is_alive
 
 ROOT = Path(__file__).parent.parent
@@ -234,7 +236,7 @@ def test_exit_codes_tell_the_implementations_failure_from_the_harnesss():
 
 
 def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
-    from testhost.runs.certify import SCHEMA_STAGE_ID, _validate, failed_case_ids
+    from testhost.runs.options import SCHEMA_STAGE_ID, failed_case_ids, validate
     from testhost.runs.schema_stage import CASE_ID
     assert SCHEMA_STAGE_ID == CASE_ID
     earlier = tmp_path / "report.json"
@@ -242,30 +244,31 @@ def test_rerun_failed_and_case_leave_the_schema_stage_out(tmp_path):
         {"id": "schema-stage", "verdict": "fail"}, {"id": "at-single", "verdict": "pass"},
         {"id": "at-single/schedule-link-after-commit/kill/1", "verdict": "fail"}]}))
     assert failed_case_ids(earlier) == ["at-single/schedule-link-after-commit/kill/1"]
-    _, wanted = _validate(Options(cases=["schema-stage", "at-single/schedule-link-after-commit/kill/1"]))
+    _, wanted = validate(Options(cases=["schema-stage", "at-single/schedule-link-after-commit/kill/1"]))
     assert [plan.id for plan in wanted] == ["at-single/schedule-link-after-commit/kill/1"]
     earlier.write_text(json.dumps({"cases": [{"id": "schema-stage", "verdict": "fail"},
                                              {"id": "at-single", "verdict": "pass"}]}))
     with pytest.raises(ValueError, match="only the schema stage did not pass"):
         failed_case_ids(earlier)
     with pytest.raises(ValueError, match="the schema stage is no case to select"):
-        _validate(Options(cases=["schema-stage"]))
+        validate(Options(cases=["schema-stage"]))
 
 
 def test_a_repeated_case_id_is_planned_as_that_repeat_of_its_case():
-    from testhost.runs.certify import _requested, parse_case_id
+    from testhost.runs.options import parse_case_id
+    from testhost.runs.stages import requested
     from scenarios.matrix import CasePlan
     planned = [CasePlan("at-single", "schedule-link-after-commit", "kill", 1)]
     wanted = [parse_case_id("at-single/schedule-link-after-commit/kill/1#3"),
               parse_case_id("at-single/schedule-link-after-commit/kill/1")]
-    chosen, missing = _requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}})
+    chosen, missing = requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}})
     assert [plan.id for plan in chosen] == ["at-single/schedule-link-after-commit/kill/1#3",
                                             "at-single/schedule-link-after-commit/kill/1"]
     assert chosen[0].repeat == 3 and missing == []
-    chosen, missing = _requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
+    chosen, missing = requested(planned, [parse_case_id("at-single/schedule-link-after-commit/kill/2#2")], {})
     assert chosen == [] and [case["id"] for case in missing] == ["at-single/schedule-link-after-commit/kill/2#2"]
     # --repeat 3: the case named without #N runs three times; #3, named besides, still runs once.
-    chosen, _ = _requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}}, repeat=3)
+    chosen, _ = requested(planned, wanted, {"at-single": {"schedule-link-after-commit": 1}}, repeat=3)
     assert [plan.id for plan in chosen] == ["at-single/schedule-link-after-commit/kill/1#3",
                                             "at-single/schedule-link-after-commit/kill/1",
                                             "at-single/schedule-link-after-commit/kill/1#2"]
@@ -289,12 +292,12 @@ def _worker_raises(*_args):
     raise RuntimeError("an unexpected fault in the harness")
 
 
-@pytest.mark.parametrize("step, migrations", [("_worker_environment", False), ("_worker_schema_stage", True)])
+@pytest.mark.parametrize("step, migrations", [("environment", False), ("schema_stage", True)])
 @pytest.mark.parametrize("fault, said", [(_worker_dies, "the worker process died during"),
                                          (_worker_raises, "RuntimeError: an unexpected fault in the harness")])
 def test_a_harness_step_that_breaks_is_one_line_exit_3_and_a_partial_report(step, migrations, fault, said, tmp_path,
                                                                             monkeypatch, capsys):
-    from testhost.runs import certify as controller
+    from testhost.runs import workers as controller
     monkeypatch.setattr(controller, step, fault)  # spawned workers unpickle it from this module
     home = Path(tempfile.mkdtemp(prefix="crashproof-harness-", dir="/tmp"))  # a worker that dies leaves its
     os.chmod(home, 0o755)                                                    # world's folder: not in a shared home

@@ -315,7 +315,7 @@ def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_
                                             "expected_revision": 1})
     finally:
         holder.close()
-        case._close_fallbacks()
+        case.close_fallbacks()
         case.store.drop()
 
 

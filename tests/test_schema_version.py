@@ -10,7 +10,7 @@ import pytest
 
 from barriers.render import render
 from scenarios.matrix import CasePlan
-from testhost.runs.certify import Options, _validate, schema_version_plans
+from testhost.runs.options import Options, schema_version_plans, validate
 from testhost.judge.checks import CHECKS
 from testhost.runs.schema_version import CASE_ID, judge, run_schema_version
 
@@ -63,7 +63,7 @@ def test_the_stage_runs_when_the_scenario_filter_matches_its_name():
     assert schema_version_plans("at-single") == [] and schema_version_plans(["every-*"]) == []
     assert schema_version_plans(None, ["at-single/schedule-link-after-commit/kill/1"]) == []  # --case names others
     assert schema_version_plans(None, ["at-single", CASE_ID]) == [CasePlan(CASE_ID)]
-    scenarios, wanted = _validate(Options(cases=[CASE_ID]))
+    scenarios, wanted = validate(Options(cases=[CASE_ID]))
     assert scenarios == [] and wanted == []  # only the stage runs
 
 

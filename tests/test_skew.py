@@ -15,7 +15,8 @@ from scenarios.instances import DurationError, format_offset, parse_duration
 from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, load_catalog, parse
 from testhost.impl import skew
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.world.components import find_libfaketime
 from testhost.case.runner import REFERENCE_COMMAND, run_case
 

@@ -11,12 +11,14 @@ from types import SimpleNamespace
 import psycopg
 
 from barriers import CATALOG
+from barriers.catalog import PROCESSOR_TRANSACTIONS
 from mutants.catalog import LEASE
 from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog
-from testhost.runs.certify import Options, certify
+from testhost.runs.certify import certify
+from testhost.runs.options import Options
 from testhost.judge.checks import stall_took_over
-from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, lock_holder
+from testhost.faults.catalog import FAULTS, lock_holder
 from testhost.case.runner import run_case
 
 ADAPTERS = Path(__file__).parent / "adapters"

@@ -63,8 +63,8 @@ def test_certification_md_lists_each_variant_under_the_spec_sentence_it_exercise
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_each_variant_applies_exactly_once_and_leaves_the_schema_alone(variant, tmp_path):
     root = materialize(variant, tmp_path)
-    from mutants import _reference_root
-    reference = _reference_root()
+    from mutants import reference_root
+    reference = reference_root()
     changed = sorted(str(p.relative_to(root / "reference")) for p in (root / "reference").rglob("*")
                      if p.is_file() and (reference / p.relative_to(root / "reference")).read_bytes() != p.read_bytes())
     assert changed == sorted({e.path for e in variant.edits})
@@ -152,7 +152,7 @@ def test_the_report_readings_tell_the_variant_from_the_reference():
 @pytest.mark.world
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_each_variant_certifies_on_its_slice_where_its_difference_shows(variant, tmp_path, capsys):
-    from testhost.runs.certify import Options
+    from testhost.runs.options import Options
     from testhost.runs.variation import run_variants
     code, summary = run_variants(Options(report_dir=tmp_path, jobs=1, progress=lambda text: None), variant.name,
                                  slice_only=True)

@@ -18,7 +18,7 @@ GLUED = re.compile(r"\{([^{}]+)\} (" + NOUNS + r")\b(?!/)")
 HEDGED = re.compile(r"\{[^{}]+\} (?:more )?[a-z]+\(s\)")
 # Counts that are never 1, each with why.
 ALWAYS_PLURAL = {
-    ("testhost/runs/hostile.py", "len(value)"): "a string cut for being over its limit of 300 characters",
+    ("testhost/runs/hostile_phase.py", "len(value)"): "a string cut for being over its limit of 300 characters",
     ("testhost/case/runner.py", "len(self.started)"): "said once MAX_STARTS (8) starts were made",
     ("bench/case_cost.py", "top"): "the profile's top statements, --top at least 1 and defaulting to 15",
     ("variants/catalog.py", "claimed"): "said only when a pass claimed two or more",

@@ -18,20 +18,18 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from barriers.schema import DISPATCHER, RUNTIME
 from testhost.judge.checks import GATE_A_STATES, CheckResult, rule_of
 
 if TYPE_CHECKING:
     from testhost.impl.implementation import Implementation
     from .runner import CaseRun
 
-RUNTIME_ROLE = "appsurface_durable_runtime"
-DISPATCHER_ROLE = "appsurface_durable_dispatcher"
-
 
 def runtime_logins() -> tuple[str, ...]:
     """What a copy's runtime DSN may log in as (testhost/judge/bridge_role.py): its sessions are the runtime role's here."""
     from testhost.judge.bridge_role import LOGIN_ROLES  # bridge_role registers its checks through .checks, which imports us
-    return (RUNTIME_ROLE, *LOGIN_ROLES.values())
+    return (RUNTIME, *LOGIN_ROLES.values())
 
 
 # One statement, one round trip: the schedule's rows that a pass writes, each with its xmin. The Work rows are those
@@ -74,7 +72,7 @@ GAPS = {("schedule-claim-after-commit", "schedule-decision-before-commit"),
 BRACKETS = {("schedule-claim-before-commit", "schedule-claim-after-commit"): "claim",
             ("schedule-decision-before-commit", "schedule-decision-after-commit"): "decision",
             ("schedule-bridge-before-commit", "schedule-link-after-commit"): "bridge"}
-OPEN_AT = {"schedule-claim-before-commit": DISPATCHER_ROLE, "schedule-decision-before-commit": RUNTIME_ROLE}
+OPEN_AT = {"schedule-claim-before-commit": DISPATCHER, "schedule-decision-before-commit": RUNTIME}
 
 TOGETHER = rule_of(
     "decision-commits-together",
@@ -140,8 +138,8 @@ class BarrierFacts:
         except psycopg.Error as exc:  # a barrier after a crash may meet a server still starting: not judged
             self.unread.append(f"{name}: {type(exc).__name__}")
             return
-        beside = run._beside
-        read = {"barrier": name, "facts": facts, "quiet": quiet, "asked": run._asking.get(impl.label),
+        beside = run.beside
+        read = {"barrier": name, "facts": facts, "quiet": quiet, "asked": run.asking.get(impl.label),
                 "beside": (id(beside), beside and beside["outcome"])}
         self._states(name, schedule_id, facts)
         if sessions is not None:
@@ -189,7 +187,7 @@ class BarrierFacts:
     def _sessions(self, name: str, schedule_id: str, sessions: list) -> None:
         self.rows[ROLES] += 1
         logins = runtime_logins()
-        if [RUNTIME_ROLE if row["role"] in logins else row["role"] for row in sessions] != [OPEN_AT[name]]:
+        if [RUNTIME if row["role"] in logins else row["role"] for row in sessions] != [OPEN_AT[name]]:
             self.evidence[ROLES].append({"barrier": name, "schedule_id": schedule_id,
                                          "sessions_holding_a_transaction_id": sessions,
                                          "expected": f"exactly one, {OPEN_AT[name]}'s"})
@@ -258,7 +256,7 @@ def read_facts(cur: psycopg.Cursor, schedule_id: str, sessions: bool = False) ->
     """The schedule's rows a pass writes, keyed per table, as one statement sees them (with `sessions`, also the
     implementation's sessions holding a transaction ID)."""
     row = cur.execute(FACTS_SQL, {"s": schedule_id, "sessions": sessions,
-                                  "users": [*runtime_logins(), DISPATCHER_ROLE]}).fetchone()
+                                  "users": [*runtime_logins(), DISPATCHER]}).fetchone()
     return {name: json.loads(value) if value is not None else None
             for name, value in zip(("definition", "dispatch", "occurrences", "history", "work", "sessions"), row)}
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from barriers import BY_NAME
+from barriers.catalog import PROCESSOR_TRANSACTIONS
+from barriers.schema import DISPATCHER, REVOCABLE, RUNTIME
 from scenarios.model import T0, Scenario, Step, relative
 from scenarios.matrix import CasePlan
 from scenarios.steps import BESIDE_AFTER_DECISION, during_step, pass_denial, pass_limit
@@ -24,11 +26,11 @@ from scenarios.steps import BESIDE_AFTER_DECISION, during_step, pass_denial, pas
 from testhost.errors import FallbackFailed, TestHostError
 from testhost.faults.bridge_clock import BridgeClock
 from testhost.faults.cancel_pass import CancelPlan, keeps_committed
-from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, Injection
+from testhost.faults.catalog import FAULTS, Injection
 from testhost.impl import skew
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
-from testhost.impl.instances import instance_setup
+from testhost.impl.instance_setup import instance_setup
 from testhost.judge import bridge_role
 from testhost.judge.checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
                      acceptance_anchor,
@@ -48,7 +50,7 @@ from testhost.judge.timelines import Timelines
 from testhost.judge.verdict import baseline as make_baseline, fault_free_judges
 from testhost.world.components import find_libfaketime
 from testhost.world.sessions import KeptSession
-from testhost.world.store import DISPATCHER, RUNTIME, Store, StorePool
+from testhost.world.store import Store, StorePool
 from testhost.world.worlds import CLOCK, NETWORK, World
 
 from . import case_facts
@@ -202,13 +204,13 @@ class CaseRun:
         # Per request to an implementation: its outcome, the after-commit barriers it reported meanwhile and the
         # barrier where the fault fired during it, to judge a `fail` against what the verifier knows committed.
         self.answers: list[dict] = []
-        self._asking: dict[str, dict] = {}
+        self.asking: dict[str, dict] = {}
         self._freeze_next = False  # a set-clock step froze the clock for the step after it
         self.frozen_instants: set[datetime] = set()  # where the server clock stood still in this case
         self.recovered = False  # the fault's recovery has run
         self.healed = False  # the fault's recovery has healed the world and restarted what died (its passes follow)
         self.after_recovery: list = []  # what waits for the recovery (a step beside a pass a fault interrupted)
-        self._beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
+        self.beside: dict | None = None  # the step a pass runs beside its held barrier, while the pass runs
         self.beside_outcomes: list[dict] = []
         self.snapshots: dict[str, tuple] = {}  # name -> (store snapshot, model)
         self.restores: list[dict] = []
@@ -216,7 +218,7 @@ class CaseRun:
         # Per stretch of time with a `process-due` request in flight (two when processors race): the counts the
         # answers reported and the committed facts the verifier read before and after, for `process-counts`.
         self.count_windows: list[dict] = []
-        self._window: dict | None = None
+        self.window: dict | None = None
         self._window_lock = threading.Lock()
         self._expecting = False  # a pass whose step expects an answer (a refused lease) is being asked
         self.passes_asked = 0  # process-due requests sent so far, to tell a stretch in which none was
@@ -299,7 +301,7 @@ class CaseRun:
             if fire:
                 self.injection = Injection(self.plan.fault, name, context=dict(context))
         self.note("barrier", instance=impl.label, name=name, context=context)
-        asked = self._asking.get(impl.label)
+        asked = self.asking.get(impl.label)
         if asked is not None:
             if BY_NAME[name].position == "after-commit":
                 asked["committed"].append(name)
@@ -341,7 +343,7 @@ class CaseRun:
         """What the counts and the Work clock need from a barrier: a fault inside a counting window, and the
         committed decision at which the bridge's clock move starts."""
         self.barrier_facts.at_barrier(self, impl, name, context, fire)
-        window = self._window
+        window = self.window
         if fire and window is not None:
             window["faults"].append(self.plan.fault)
         if self.bridge_clock is not None:
@@ -408,7 +410,7 @@ class CaseRun:
                 return [dict(r) for r in conn.execute(sql, (schedule_id,)).fetchall()]
             return {
                 "definition": rows("select * from appsurface_durable.schedule_definitions where schedule_id = %s"),
-                "dispatch": self._dispatch_rows(schedule_id),
+                "dispatch": self.dispatch_rows(schedule_id),
                 "occurrences": rows("select * from appsurface_durable.schedule_occurrences where schedule_id = %s "
                                     "order by generation, occurrence_kind, first_nominal_utc"),
                 "history": rows("select count(*) as events from appsurface_durable.schedule_history "
@@ -486,7 +488,7 @@ class CaseRun:
         return step is not None and step.op in ("process", "race") and self.injection is None \
             and "expect" not in step.args and pass_denial(self.scenario, step) is None
 
-    def _dispatch_rows(self, schedule_id: str | None = None) -> list:
+    def dispatch_rows(self, schedule_id: str | None = None) -> list:
         """Dispatch rows with their timing (one schedule's, or all)."""
         with self.owner() as conn:
             return [dict(r) for r in conn.execute(
@@ -598,31 +600,31 @@ class CaseRun:
         from reference.errors import DurableError
 
         try:
-            return self._fallback_call(op, args, command_id), None
+            return self.fallback_call(op, args, command_id), None
         except (DurableError, psycopg.Error) as exc:
-            self._close_fallbacks()
+            self.close_fallbacks()
             return None, f"{type(exc).__name__}: {exc}"
 
-    def _fallback_call(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
+    def fallback_call(self, op: str, args: dict, command_id: uuid.UUID) -> Response:
         from reference import ScheduleClient, WorkStore
         from reference.adapter import run_command
         from reference.problems import Problem
 
         if op == "complete-work":
             if self._fallback_work is None or self._fallback_work.session.broken:
-                self._close_fallbacks()
+                self.close_fallbacks()
                 self._fallback_work = WorkStore(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S)
             result = self._fallback_work.transition(uuid.UUID(args["work_id"]), args["state"])
         else:
             if self._fallback_client is None or self._fallback_client.session.broken:
-                self._close_fallbacks()
+                self.close_fallbacks()
                 self._fallback_client = ScheduleClient(self.store.runtime_dsn, SCOPE, deadline=DEADLINE_S)
             result = run_command(self._fallback_client, op, args, command_id)
         if isinstance(result, Problem):
             return Response("fail", problem=result.to_json())
         return Response("ok", value=protocol_json(result.to_json() if hasattr(result, "to_json") else result))
 
-    def _close_fallbacks(self) -> None:
+    def close_fallbacks(self) -> None:
         for name in ("_fallback_client", "_fallback_work"):
             resource = getattr(self, name)
             setattr(self, name, None)
@@ -688,14 +690,14 @@ class CaseRun:
         beside = during_step(step)
         try:
             if "expect" in step.args:  # a pass the scenario expects an answer of, e.g. a refused lease
-                before = self._dispatch_rows()
+                before = self.dispatch_rows()
                 self._expecting = True
                 try:
                     response = self._ask(self.impls[labels[0]], "process-due", request)
                 finally:
                     self._expecting = False
                 self.record(response, "process-due", labels[0])
-                after = self._dispatch_rows()
+                after = self.dispatch_rows()
                 refused_but_changed = ({"before": before, "after": after}
                                        if response.outcome == "fail" and before != after else {})
                 self.client_outcomes.append((step, response, refused_but_changed))
@@ -703,7 +705,7 @@ class CaseRun:
                     self.model.pass_(cutoff, request["maximum_schedules"])
             else:
                 if beside is not None:  # the model as it stood before the pass, should the step beside it come first
-                    self._beside = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0,
+                    self.beside = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0,
                                     "outcome": None, "model_before": copy.deepcopy(self.model), "cutoff": cutoff,
                                     "limit": model_limit}
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
@@ -740,12 +742,12 @@ class CaseRun:
                     self.judge_late_writes()  # before the step beside runs again: its writes are no late writes
                     self._after_beside()
         finally:
-            self._beside = None
+            self.beside = None
 
     def denied_pass(self, step: Step, label: str, request: dict, denial: str) -> None:
         """A pass whose bridge must be refused: its privilege revoked for it alone (granted back however it ends),
         the scoped rows read around it; the model takes nothing from it."""
-        revoked = denial in bridge_role.REVOCABLE
+        revoked = denial in REVOCABLE
         try:
             with self.owner() as conn:
                 if revoked:
@@ -840,7 +842,7 @@ class CaseRun:
     def _after_beside(self) -> None:
         """A step beside a held barrier that waited for the pass's locks, or never met its barrier (a fault came
         first), runs now, after the pass, as in the model."""
-        beside = self._beside
+        beside = self.beside
         outcome = beside["outcome"] or "barrier-not-reached"
         if outcome in ("committed", "refused"):
             pass  # it ran while the pass was held
@@ -859,7 +861,7 @@ class CaseRun:
 
     def _run_beside(self, impl: Implementation, name: str) -> None:
         """At the planned hit of a pass's `during` barrier: the step, from the host's own session."""
-        beside = self._beside
+        beside = self.beside
         if beside is None or beside["outcome"] is not None or name != beside["barrier"]:
             return
         beside["seen"] += 1
@@ -915,7 +917,7 @@ class CaseRun:
                                                             deadline=DEADLINE_S + BESIDE_LIMIT_S)
             with _cancelled_when_blocked(client.session.conn, self.store.dsn("postgres")) as waited:
                 try:
-                    return self._fallback_call(op, args, uuid.uuid4())
+                    return self.fallback_call(op, args, uuid.uuid4())
                 except (DurableError, psycopg.Error) as exc:
                     if waited():
                         return None
@@ -971,7 +973,7 @@ class CaseRun:
         before = self.instant_identities()
         for label, impl in list(self.impls.items()):
             impl.stop()
-        self._close_fallbacks()
+        self.close_fallbacks()
         reset_store(self.store, snapshot)
         self.model = copy.deepcopy(model)
         self._partitioned_month = None
@@ -984,7 +986,7 @@ class CaseRun:
 
     def instant_identities(self) -> dict[tuple[str, str], str]:
         """Per (schedule name, nominal instant) covered by a linked occurrence: the Work ID it was accepted under."""
-        from testhost.judge.checks import _timing
+        from testhost.judge.checks import model_timing
 
         with self.owner() as conn:
             state = read_state(conn)
@@ -993,7 +995,7 @@ class CaseRun:
         for o in state.occurrences:
             if o["work_id"] is None:
                 continue
-            generation = _timing(state.generation(o["schedule_id"], o["generation"]))
+            generation = model_timing(state.generation(o["schedule_id"], o["generation"]))
             for instant in generation.instants_between(o["first_nominal_utc"] - timedelta(microseconds=1),
                                                        o["last_nominal_utc"]):
                 found[(names.get(str(o["schedule_id"]), str(o["schedule_id"])), instant_text(instant))] = \
@@ -1028,12 +1030,12 @@ class CaseRun:
         counting = op == "process-due"
         if counting:
             self._open_window(args)
-        asked = self._asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
+        asked = self.asking[impl.label] = {"instance": impl.label, "op": op, "committed": [], "faulted": None}
         response = None
         try:
             response = impl.request(op, args)
         finally:
-            self._asking.pop(impl.label, None)
+            self.asking.pop(impl.label, None)
             if counting:
                 self._close_window(impl, response)
         self.answers.append({**asked, "outcome": response.outcome, "error": response.error,
@@ -1055,14 +1057,14 @@ class CaseRun:
     def _open_window(self, args: dict | None = None) -> None:
         """A `process-due` request is about to be sent: read the facts first unless another pass is in flight."""
         with self._window_lock:
-            if self._window is None:
+            if self.window is None:
                 before, leases = self._window_facts()
-                self._window = {"before": before, "answers": [], "faults": [], "during": self._during(),
+                self.window = {"before": before, "answers": [], "faults": [], "during": self._during(),
                                 "in_flight": 0, "leases_before": leases, "requests": [],
                                 # no fault yet in this case, and no answer the step expects (a refused lease)
                                 "clean": self.injection is None and not self._expecting}
-            self._window["in_flight"] += 1
-            self._window["requests"].append(dict(args or {}))
+            self.window["in_flight"] += 1
+            self.window["requests"].append(dict(args or {}))
             self.passes_asked += 1
 
     def _window_facts(self) -> tuple[dict, dict]:
@@ -1080,13 +1082,13 @@ class CaseRun:
     def _close_window(self, impl: Implementation, response: Response | None) -> None:
         """A `process-due` answer came (or none: the request broke): the last one in flight reads the facts again."""
         with self._window_lock:
-            window = self._window
+            window = self.window
             window["answers"].append({"instance": impl.label, "outcome": response.outcome if response else "none",
                                       "value": response.value if response else None})
             window["in_flight"] -= 1
             if window["in_flight"]:
                 return
-            self._window = None
+            self.window = None
             window["clean"] = window["clean"] and self.injection is None
             try:
                 window["after"], window["leases_after"] = self._window_facts()
@@ -1311,7 +1313,7 @@ class CaseRun:
             outcome.reason = f"{type(exc).__name__}: {exc}"
             self.note("harness-error", traceback=traceback.format_exc(limit=8))
         finally:
-            self._teardown()
+            self.teardown()
             outcome.timeline = self.timeline
             outcome.hits = dict(self.hits)
             outcome.fallbacks = sorted(self.fallbacks)
@@ -1348,7 +1350,7 @@ class CaseRun:
                                promised=clock is not None and self.plan.fault is None,
                                holds=clock.holds if clock else [], frozen=frozenset(self.frozen_instants))]
 
-    def _teardown(self) -> None:
+    def teardown(self) -> None:
         if self.bridge_clock is not None:
             self.bridge_clock.join()  # its hold ends within its wait: no lock outlives the case
         for impl in self.started:
@@ -1356,7 +1358,7 @@ class CaseRun:
                 impl.stop()
             except Exception:  # noqa: BLE001
                 impl.kill_group()
-        self._close_fallbacks()
+        self.close_fallbacks()
         try:
             if self.world.proxy is not None:
                 self.world.proxy.heal()

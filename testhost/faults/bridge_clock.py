@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from barriers.schema import OWNER
+
 if TYPE_CHECKING:
     from testhost.impl.implementation import Implementation
     from testhost.case.runner import CaseRun
@@ -92,7 +94,7 @@ class BridgeClock:
         self.holds.append(hold)
         conn = None
         try:
-            conn = psycopg.connect(self.run.store.dsn("appsurface_durable_owner"), autocommit=False)
+            conn = psycopg.connect(self.run.store.dsn(OWNER), autocommit=False)
             held_from = conn.execute("select clock_timestamp()").fetchone()[0]
             # NOWAIT: a row another transaction holds (a racer's, or the cancel fault's own hold) is not ours to
             # hold; the next committed decision offers the hold again.
@@ -141,7 +143,7 @@ class BridgeClock:
         limit = time.monotonic() + WAIT_S
         waiter = None
         with self.run.world.admin() as admin:
-            while time.monotonic() < limit and impl.label in self.run._asking:
+            while time.monotonic() < limit and impl.label in self.run.asking:
                 found = admin.execute("select pid from pg_stat_activity where %s = any(pg_blocking_pids(pid))",
                                       (holder,)).fetchone()
                 if found:
@@ -150,7 +152,7 @@ class BridgeClock:
                 time.sleep(POLL_S)
         if waiter is None:
             hold["outcome"] = ("the request ended with no transaction waiting for the row"
-                               if impl.label not in self.run._asking else
+                               if impl.label not in self.run.asking else
                                f"no transaction waited for the row within {WAIT_S:.0f} s")
             self.run.note("bridge-clock-released", moved=False, reason=hold["outcome"])
             return

@@ -54,7 +54,7 @@ class CancelPlan:
 
     def at_barrier(self, run: "CaseRun", impl: "Implementation", name: str, context: dict) -> str | None:
         """The reply's action at this barrier: `cancel-pass` at the planned hit while the pass is in flight."""
-        if not self.armed or impl.label != self.label or run._asking.get(impl.label) is None or not impl.alive:
+        if not self.armed or impl.label != self.label or run.asking.get(impl.label) is None or not impl.alive:
             return None
         with self._lock:
             if self.delivered is not None:
@@ -69,8 +69,8 @@ class CancelPlan:
             schedule_id = str((context or {}).get("schedule_id") or "")
             self.delivered = {"context": dict(context or {}), "schedule_id": schedule_id,
                               "facts": self._read(run, schedule_id, "barrier")}
-        if run._window is not None:
-            run._window["cancelled_after_claims"] = self.claims_before
+        if run.window is not None:
+            run.window["cancelled_after_claims"] = self.claims_before
         run.note("cancel-pass", instance=impl.label, barrier=name, hit=self.hit, claims_before=self.claims_before,
                  schedule_id=schedule_id)
         return CANCEL_PASS

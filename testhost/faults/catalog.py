@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from barriers import Barrier
+from barriers.catalog import PROCESSOR_TRANSACTIONS
+from barriers.schema import OWNER
 
 # checks before commands: checks.py imports commands at its end, so the rules register in one order whichever of
 # the two is imported first (PROTOCOL.md lists them in that order).
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from testhost.impl.implementation import Implementation
     from testhost.case.runner import CaseRun
 
-PROCESSOR_TRANSACTIONS = {"dispatcher claim", "scoped decision", "scoped bridge"}
 # Built-in scenarios that between them meet every transaction kind in every situation the catalog builds: where a
 # fault adds the same thing whatever the scenario (a crash, a pause inside a transaction, a kill or a cut after a
 # request's last commit), the built-in catalog plans it in these only.
@@ -424,7 +425,7 @@ class Stall:
     @staticmethod
     def _lease_generation(run: "CaseRun", schedule_id: str) -> int | None:
         """The committed lease generation of the schedule's dispatch row (a plain read is not blocked by its lock)."""
-        rows = run._dispatch_rows(schedule_id)
+        rows = run.dispatch_rows(schedule_id)
         return rows[0]["lease_generation"] if rows else None
 
 
@@ -467,7 +468,7 @@ class Cancel:
         cancel = injection.details["cancel"] = {"next": self.NEXT[barrier.name], "cancelled_backend": None}
         schedule_id = injection.context.get("schedule_id")
         # A barrier context that names no schedule has every dispatch row held (at-single has one).
-        conn = psycopg.connect(run.store.dsn("appsurface_durable_owner"), autocommit=False)
+        conn = psycopg.connect(run.store.dsn(OWNER), autocommit=False)
         conn.execute("select 1 from appsurface_durable.schedule_dispatch where %(id)s::uuid is null "
                      "or schedule_id = %(id)s::uuid for update", {"id": schedule_id})
         thread = threading.Thread(target=self._cancel_waiter, args=(run, impl, conn, cancel), daemon=True)
@@ -480,7 +481,7 @@ class Cancel:
         limit = time.monotonic() + self.wait_s
         try:
             with run.store.admin() as admin:
-                while time.monotonic() < limit and impl.label in run._asking:
+                while time.monotonic() < limit and impl.label in run.asking:
                     found = admin.execute("select pid from pg_stat_activity where %s = any(pg_blocking_pids(pid))",
                                           (holder,)).fetchone()
                     if found:

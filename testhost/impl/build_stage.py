@@ -48,7 +48,8 @@ def run_build_stage(world, command: str, log_dir: Path, cwd: str | None = None,
                     migrations: Path | None = None) -> dict:
     """Start the command once and wait for its first line within the build timeout; shut it down. Returns
     `{"seconds": S, "log": PATH}`, and `"error": LINE` when it ended or said nothing first."""
-    from testhost.world.store import DISPATCHER, RUNTIME, new_store
+    from barriers.schema import DISPATCHER, RUNTIME
+    from testhost.world.store import new_store
 
     log = log_dir / LOG_FOLDER / "A.stderr"
     store = new_store(world, migrations=migrations)

@@ -242,6 +242,7 @@ class ForkServer:
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=self.cwd,
             start_new_session=True, env={**os.environ, **environment} if environment else None)
         theirs.close()
+        self.pid = self._process.pid
         self._control = ours
         self.alive = True
         ours.settimeout(ready_timeout)
@@ -358,6 +359,12 @@ def server(preload: tuple[str, ...], environment: dict[str, str] | None = None,
         if found is None or not found.alive:
             found = _servers[key] = ForkServer(preload, environment=environment, cwd=cwd)
         return found
+
+
+def servers() -> list[ForkServer]:
+    """Every fork server this process started, live or ended (what the benchmarks count the CPU of)."""
+    with _servers_lock:
+        return list(_servers.values())
 
 
 if __name__ == "__main__":

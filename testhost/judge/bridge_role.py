@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from barriers.schema import RUNTIME
+from barriers.schema import REVOCABLE, RUNTIME
 
 from .checks import CheckResult, rule_of
 
@@ -24,11 +24,7 @@ MEMBER = "crashproof_runtime_member"
 # made once per world; the default is the store's, set when the copy starts and reset when the case ends.
 DEFAULT_ROLE_LOGIN = "crashproof_runtime_by_default"
 LOGIN_ROLES = {"member": MEMBER, "default-role": DEFAULT_ROLE_LOGIN}
-LOGINS = tuple(LOGIN_ROLES)
 DEMOTED_AT = "schedule-decision-after-commit"
-# A privilege every scoped transaction needs first, whatever its statements: PROTOCOL.md has every one set its scope
-# with set_local_scope, so without EXECUTE on it the first statement fails with SQLSTATE 42501, before any write.
-REVOCABLE = {"set-local-scope": "execute on function appsurface_durable.set_local_scope(text)"}
 # Scoped tables: nothing of a denied pass may change them. The queue's two tables may change as a claim does.
 SCOPED = ("schedule_commands", "schedule_definitions", "schedule_generations", "schedule_occurrences",
           "schedule_history", "work_items")
@@ -40,7 +36,7 @@ PROVEN = rule_of(
     "bridge-role-proven",
     "A bridge must prove the connection's current_user is the configured runtime role before it sets local scope "
     "state. (A pass whose runtime login, the user of CRASHPROOF_RUNTIME_DSN, is only a member of "
-    "appsurface_durable_runtime, holding its privileges without being it, commits no scoped transaction: no "
+    f"{RUNTIME}, holding its privileges without being it, commits no scoped transaction: no "
     "occurrence, cursor move, Work, link, history row, definition change or lease release; only its claim may "
     "commit.)")
 NOT_RETRIABLE = rule_of(

@@ -309,7 +309,7 @@ def _due_decided(state: StoreState):
             continue
         rows += 1
         g = state.generation(d["schedule_id"], d["active_generation"])
-        left = _timing(g).instants_between(d["cursor_utc"], state.drained_at)
+        left = model_timing(g).instants_between(d["cursor_utc"], state.drained_at)
         if left:
             evidence.append({"undecided_instants": [str(t) for t in left[:5]], "count": len(left),
                              "cursor_utc": d["cursor_utc"], "server_time_of_final_passes": state.drained_at,
@@ -356,7 +356,7 @@ def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _timing(g: dict):
+def model_timing(g: dict):
     """The generation as the independent model's time rule (no implementation code)."""
     from .model import Generation
     return Generation(g["generation"], g["schedule_kind"], g["accepted_at_utc"], at=g["at_utc"],
@@ -445,7 +445,7 @@ def normalize(state: StoreState, schedule_ids: dict[str, Any]) -> dict[str, Any]
                       if g["schedule_id"] == schedule_id}
         picture[name] = {"lifecycle": d["lifecycle_state"], "suspension": d["suspension_reason"],
                          "generation": d["active_generation"],
-                         "cursor_instant": cursor_instant(_timing(active), d["cursor_utc"]),
+                         "cursor_instant": cursor_instant(model_timing(active), d["cursor_utc"]),
                          "occurrences": sorted(occs), "references": references}
     return picture
 
@@ -545,7 +545,7 @@ EQUIVALENCE = rule_of("crash-equivalence", "A future proof must show that recove
                       "outcomes are right; the case then reports it not compared, and model-agreement judges it.)")
 
 
-def _picture_differences(ours: dict, theirs: dict, labels: tuple[str, str]) -> list[dict]:
+def picture_differences(ours: dict, theirs: dict, labels: tuple[str, str]) -> list[dict]:
     """Per schedule whose entries differ: which fields, and both entries in the protocol's units."""
     return [{"schedule": name, "differs_in": _differences(ours.get(name), theirs.get(name)),
              labels[0]: readable(ours.get(name)), labels[1]: readable(theirs.get(name))}
@@ -553,7 +553,7 @@ def _picture_differences(ours: dict, theirs: dict, labels: tuple[str, str]) -> l
 
 
 def equivalence(picture: dict, baseline: dict) -> CheckResult:
-    evidence = _picture_differences(picture, baseline, ("faulted", "fault_free"))
+    evidence = picture_differences(picture, baseline, ("faulted", "fault_free"))
     return CheckResult("crash-equivalence", EQUIVALENCE, not evidence, evidence, len(picture))
 
 
@@ -567,7 +567,7 @@ def model_agreement(picture: dict, model) -> CheckResult:
     """The final state against the independent model of Gate A run over the same timeline."""
     from .model import picture as model_picture
     expected = model_picture(model)
-    evidence = _picture_differences(picture, expected, ("database", "model"))
+    evidence = picture_differences(picture, expected, ("database", "model"))
     return CheckResult("model-agreement", MODEL_AGREEMENT, not evidence, evidence, len(expected))
 
 
@@ -837,7 +837,7 @@ def pass_decides_due(observations: list[tuple[int, dict]], generations: dict) ->
             if g is None:
                 continue
             rows += 1
-            left = _timing(g).instants_between(after["cursor_utc"], began)
+            left = model_timing(g).instants_between(after["cursor_utc"], began)
             if left:
                 evidence.append({"schedule_id": schedule_id, "step": step_b + 1, "claimed_by_the_pass": True,
                                  "server_time_before_the_pass": instant_text(began),
@@ -1265,7 +1265,7 @@ def _anomaly_past_window(state: StoreState):
             cursor = d["cursor_utc"]  # PROTOCOL.md asks for detail.cursor_utc; the cursor stayed put regardless
         if g is None or h["recorded_at_utc"] <= cursor:
             continue  # a cutoff at or behind the cursor: `behind-cursor-no-op` judges it
-        first = _timing(g).instants_between(cursor, h["recorded_at_utc"])[:1]
+        first = model_timing(g).instants_between(cursor, h["recorded_at_utc"])[:1]
         window = timedelta(microseconds=g["safety_window_us"])
         if not first or h["recorded_at_utc"] - first[0] <= window:
             evidence.append({"suspended_inside_the_window": h, "cursor_utc": instant_text(cursor),
@@ -1576,7 +1576,7 @@ def cancel_retried(details: dict, answers: list[dict]) -> CheckResult | None:
                              "expected": "ok after a retry, or fail/unknown with retriable: true"})
     return CheckResult("cancel-retried", CANCEL_RETRIED, not evidence, evidence, 1 + len(hit))
 
-# The hostile phase of `crashproof explore` (testhost/runs/hostile.py) judges under these.
+# The hostile phase of `crashproof explore` (testhost/runs/hostile_phase.py) judges under these.
 HOSTILE_CLIENT = rule_of(
     "hostile-client-inputs",
     "Schedule API validation and domain conflicts return durable problem results. (A client operation given one "

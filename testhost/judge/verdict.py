@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import EQUIVALENCE, SCENARIO, CheckResult, _picture_differences, equivalence, expectations, vacuity
+from .checks import EQUIVALENCE, SCENARIO, CheckResult, equivalence, expectations, picture_differences, vacuity
 
 # Why a check was not applied, as report.json's `skipped` says it.
 NO_BASELINE = "not compared: the scenario's fault-free run left no baseline (it did not finish)"
@@ -26,7 +26,7 @@ def baseline(picture: dict | None, model_picture: dict | None) -> dict | None:
 
 def timeline_differences(faulted_model: dict, fault_free_model: dict) -> list[dict]:
     """Where the model's pictures of two timelines differ (each run's own reference instants left out)."""
-    return _picture_differences(faulted_model, fault_free_model, ("this_timeline", "fault_free_timeline"))
+    return picture_differences(faulted_model, fault_free_model, ("this_timeline", "fault_free_timeline"))
 
 
 def decide(faulted: bool, scenario_equivalence: bool, base: dict | None, model_picture: dict,

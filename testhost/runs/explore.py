@@ -15,7 +15,6 @@ import shutil
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -29,9 +28,13 @@ from testhost.case.runner import REFERENCE_COMMAND
 from testhost.errors import TestHostError
 from testhost.impl import provenance
 
-from . import certify
+from . import workers
 from .explore_search import PROFILES, Profile, Search, Stats
-from .hostile import TARGETS, targets_text
+from .hostile_phase import TARGETS, targets_text
+from .options import SCHEMA_STAGE_ID, Options as CertifyOptions, preflight
+from .pool import Pool, RunStopped, StopSignals, executors
+from .run_report import SUITE
+from .stages import build_stage
 
 from scenarios.generate import scenario_toml
 
@@ -59,13 +62,13 @@ RENDERINGS = ["html", "md", "junit"]
 
 
 def _job(job: dict, updates) -> dict:
-    """One search in this worker's world (certify's worker initializer made it)."""
+    """One search in this worker's world (testhost/runs/workers.py started it)."""
     profile = PROFILES[job["profile"]]
     profile = dataclasses.replace(profile, **job["overrides"])
     migrations = Path(job["migrations"]) if job["migrations"] else None
     hostile = _hostile_phase(job, profile, migrations, updates)
     deadline = time.monotonic() + job["duration_s"] if job["duration_s"] else None
-    search = Search(certify._world, job["command"], profile, Path(job["log_dir"]),
+    search = Search(workers.world(), job["command"], profile, Path(job["log_dir"]),
                     report=lambda stats: updates.put((job["index"], stats.to_json())),
                     migrations=Path(job["migrations"]) if job["migrations"] else None, deadline=deadline)
     search.stats.hostile, search.stats.hostile_failures = hostile["inputs"], hostile["failures"]
@@ -80,10 +83,10 @@ def _job(job: dict, updates) -> dict:
 
 def _hostile_phase(job: dict, profile: Profile, migrations: Path | None, updates) -> dict:
     """This job's share of hostile calls, in a store and a start of the implementation of their own."""
-    from .hostile import HostileRun, HostileSearch
+    from .hostile_phase import HostileRun, HostileSearch
 
     stats = Stats()
-    search = HostileSearch(HostileRun(certify._world, job["command"], Path(job["log_dir"]), migrations),
+    search = HostileSearch(HostileRun(workers.world(), job["command"], Path(job["log_dir"]), migrations),
                            profile.hostile_shrink_s, share=(job["index"], job["jobs"]) if job["sweep"] else None)
 
     def report(hostile) -> None:
@@ -110,13 +113,13 @@ def _hostile_stores(job: dict) -> tuple[list[dict], str]:
         return [], ""
     from .schema_version import run_with_hello
 
-    stage, hello = run_with_hello(certify._world, job["command"], Path(job["log_dir"]))
+    stage, hello = run_with_hello(workers.world(), job["command"], Path(job["log_dir"]))
     stores = [stage]
     if job["migrations"]:
         from .schema_stage import run_schema_stage
         from testhost.world.store import MigrationFailed
         try:
-            stores.append(run_schema_stage(certify._world, Path(job["migrations"])))
+            stores.append(run_schema_stage(workers.world(), Path(job["migrations"])))
         except MigrationFailed:
             pass  # every program's store fails the same way, and says so
     return stores, hello.get("implementation", "")
@@ -136,7 +139,7 @@ def store_finding(case: dict, out: Path, options: Options, code: dict | None = N
     code = code or provenance.resolve(options.command)
     failed = [c for c in case["checks"] if not c["ok"]]
     check = failed[0] if failed else {"name": case["id"], "rule": case["reason"], "evidence": []}
-    if case["id"] == certify.SCHEMA_STAGE_ID:  # certify runs the stage before the cases it selects: here, one
+    if case["id"] == SCHEMA_STAGE_ID:  # certify runs the stage before the cases it selects: here, one
         replay = replay_line(code, "crashproof", "certify", "--migrations", str(options.migrations), "--scenario",
                              "schema-version", "--impl", options.command)
         op, field, why = "schema", "migrations", f"the schema of --migrations {options.migrations}"
@@ -262,30 +265,20 @@ def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: s
     return path, replay
 
 
-def explore(options: Options) -> tuple[int, dict]:
-    """Run the searches, write what they found, and the report; exit 0 when nothing failed."""
+def _profile(options: Options) -> Profile:
+    """The profile --profile names, once --jobs and --max-examples are checked."""
     if options.profile not in PROFILES:
         raise TestHostError(f"no profile named {options.profile!r}; choose from {', '.join(PROFILES)}")
     if options.jobs < 1:
         raise TestHostError(f"--jobs must be at least 1, not {options.jobs}")
     if options.max_examples is not None and options.max_examples < 1:
         raise TestHostError("--max-examples must be at least 1")
-    profile = PROFILES[options.profile]
-    seed = options.seed if options.seed is not None else (random.randrange(1 << 31) if profile.random_seed else 0)
-    per_job, duration = _budget(options, profile)
-    certify.preflight(certify.Options(command=options.command, report_dir=options.report_dir))
-    remove_outputs(options.report_dir)  # an earlier run's report (or a certify run's certificate) in this folder
-    code = provenance.resolve(options.command)  # which code runs, once: the report and every find record it
-    report_dir = options.report_dir.absolute()
-    log_dir = report_dir / "logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
-    log_dir.mkdir(parents=True)
-    started, started_at = time.monotonic(), datetime.now(timezone.utc).isoformat()
-    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher, "catalog": [],
-            "with_builtin": False}
-    context = multiprocessing.get_context("spawn")
-    manager = context.Manager()
-    updates = manager.Queue()
+    return PROFILES[options.profile]
+
+
+def _watch(updates, options: Options, profile: Profile, started: float) -> tuple[threading.Event, threading.Thread]:
+    """A thread that reads the jobs' stats as they report them and prints their sum every profile.progress_s, until
+    the event is set."""
     latest: dict[int, dict] = {}
     stop = threading.Event()
 
@@ -305,28 +298,31 @@ def explore(options: Options) -> tuple[int, dict]:
 
     watcher = threading.Thread(target=watch, daemon=True, name="explore-progress")
     watcher.start()
-    options.progress(f"explore: profile {profile.name}, seed {seed}, {counted(options.jobs, 'job')}, "
-                     + (f"{int(duration)}s" if duration else f"{counted(per_job * options.jobs, 'program')} to judge"))
-    jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
-             "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
-             "migrations": str(options.migrations) if options.migrations else None,
-             "hostile": hostile_share(options, profile, i), "jobs": options.jobs,
-             "sweep": profile.hostile_sweep and options.hostile != 0} for i in range(options.jobs)]
-    stopped: certify.RunStopped | None = None
-    with certify.StopSignals() as signals:
-        pool = signals.pool = certify.Pool(lambda: ProcessPoolExecutor(
-            max_workers=options.jobs, mp_context=context, initializer=certify._worker_init, initargs=(mode,)))
+    return stop, watcher
+
+
+def _search(options: Options, profile: Profile, jobs: list[dict], log_dir: Path, started: float) -> list[dict] | int:
+    """Every job in a world of its own, after the build stage: their results, or the exit code of a search that did
+    not end (a stop signal, or the harness failing)."""
+    mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher, "catalog": [],
+            "with_builtin": False}
+    context = multiprocessing.get_context("spawn")
+    manager = context.Manager()
+    updates = manager.Queue()
+    stop, watcher = _watch(updates, options, profile, started)
+    stopped: RunStopped | None = None
+    with StopSignals() as signals:
+        pool = signals.pool = Pool(executors(options.jobs, mode, context), jobs=options.jobs)
         signals.armed = True
         try:
             # A spawned command's first start, before any program runs (a launcher that builds on it builds there).
-            certify._build_stage(certify.Options(command=options.command, launcher=options.launcher,
-                                                 migrations=options.migrations, progress=options.progress),
-                                 pool, log_dir)
+            build_stage(CertifyOptions(command=options.command, launcher=options.launcher,
+                                       migrations=options.migrations, progress=options.progress), pool, log_dir)
             futures = [pool.executor.submit(_job, job, updates) for job in jobs]
             results = [future.result() for future in futures]
             signals.armed = False
             pool.close()
-        except certify.RunStopped as stop_signal:
+        except RunStopped as stop_signal:
             # Every worker kills its implementations and its world, as certify's do; nothing is written.
             signals.armed = False
             stopped = stop_signal
@@ -340,7 +336,7 @@ def explore(options: Options) -> tuple[int, dict]:
             pool.abort()
             failure = "a worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
             print(f"crashproof: error: the harness failed: {failure}", file=sys.stderr)
-            return 3, {}
+            return 3
         finally:
             signals.armed = False
             stop.set()
@@ -348,10 +344,12 @@ def explore(options: Options) -> tuple[int, dict]:
             manager.shutdown()
     if stopped is not None:
         print(f"explore: interrupted ({stopped}); worlds torn down, nothing written", file=sys.stderr)
-        return 128 + (stopped.signum or 0), {}
-    elapsed = time.monotonic() - started
-    stats = total([r["stats"] for r in results])
-    options.progress(progress_line(stats, elapsed))
+        return 128 + (stopped.signum or 0)
+    return results
+
+
+def _found(options: Options, results: list[dict], code: dict) -> list[dict]:
+    """Each job's shrunk failure, written as a scenario file (and the program that drew it)."""
     found = []
     for result in results:
         if result["failure"] is not None:
@@ -362,17 +360,22 @@ def explore(options: Options) -> tuple[int, dict]:
                           "replayed": result["failure"].get("replayed"),
                           "steps_to_failure": result["stats"]["steps_to_failure"],
                           "examples_to_failure": result["stats"]["examples_to_failure"]})
-    hostile_found = []
+    return found
+
+
+def _hostile_found(options: Options, results: list[dict], code: dict) -> tuple[dict, list[dict]]:
+    """The hostile phase over every job: its counts and finds (each call not refused, each store not refused, every
+    one written beside the other finds), and the hostile stores' cases."""
+    found = []
     for result in results:
         failure = result["hostile"]["failure"]
         if failure is not None:
             path = write_hostile(options.out, failure, result["seed"], options, code)
-            hostile_found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
-                                  "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
-                                  "wrong": failure["wrong"], "file": str(path)})
+            found.append({"op": failure["input"]["op"], "field": failure["input"]["field"],
+                          "why": failure["input"]["why"], "check": failure["check"], "rule": failure["rule"],
+                          "wrong": failure["wrong"], "file": str(path)})
     stores = [case for r in results for case in r["hostile"]["stores"]]
-    hostile_found += [f for f in (store_finding(case, options.out, options, code) for case in stores)
-                      if f is not None]
+    found += [f for f in (store_finding(case, options.out, options, code) for case in stores) if f is not None]
     hostile = {"inputs": sum(r["hostile"]["inputs"] for r in results),
                "failures": sum(r["hostile"]["failures"] for r in results),
                "shrinks": sum(r["hostile"]["shrinks"] for r in results),
@@ -381,7 +384,15 @@ def explore(options: Options) -> tuple[int, dict]:
                          for op in sorted({op for r in results for op in r["hostile"]["by_op"]})},
                "to": {target: sum(r["hostile"]["to"].get(target, 0) for r in results) for target in TARGETS},
                "stores": [{"case": case["id"], "verdict": case["verdict"]} for case in stores],
-               "found": hostile_found}
+               "found": found}
+    return hostile, stores
+
+
+def _build_report(options: Options, profile: Profile, seed: int, results: list[dict], stats: dict, found: list[dict],
+                  hostile: dict, stores: list[dict], code: dict, started_at: str, elapsed: float,
+                  report_dir: Path, log_dir: Path) -> dict:
+    """The report: every case the searches ran, each once (logs relative to the report's folder), and the run
+    record with the stats, their rates and the finds."""
     cases = [case for r in results for case in r["cases"]] + stores
     for case in cases:
         case["logs"] = {label: os.path.relpath(path, report_dir) for label, path in case.get("logs", {}).items()}
@@ -404,15 +415,19 @@ def explore(options: Options) -> tuple[int, dict]:
                        "hostile": hostile},
            "skipped": [], "problems": [], "logs": os.path.relpath(log_dir, report_dir)}
     identity = next((r["identity"] for r in results if r["identity"]), "")
-    report = reports.build(suite_version=f"{certify.SUITE}+explore", implementation={
+    report = reports.build(suite_version=f"{SUITE}+explore", implementation={
         "command": options.command, "identity": identity, "code": code,
         "migrations": str(options.migrations) if options.migrations else None,
         "operations": sorted({op for c in unique for op in c.get("operations", [])})},
         environment={"jobs": options.jobs, "cpus": os.cpu_count()}, run=run, cases=sorted(unique, key=lambda c: c["id"]))
     report["partial"] = False
     report["interrupted"] = False
-    reports.write(report, report_dir)
-    render(report_dir, RENDERINGS)
+    return report
+
+
+def _print_finds(report: dict, stats: dict, found: list[dict], hostile: dict, elapsed: float,
+                 report_dir: Path) -> None:
+    """Each find with its replay, which code ran, and the run in one line."""
     for item in found:
         print(f"found {item['case']} after {counted(item['steps_to_failure'], 'step')} "
               f"({counted(item['examples_to_failure'], 'program')} drawn), shrunk to {counted(item['steps'], 'step')}: "
@@ -421,17 +436,53 @@ def explore(options: Options) -> tuple[int, dict]:
             print(f"  {check['name']} (rule: {check['rule']})")
         print(f"  replay: {item['replay']}")
         print(f"  {reproduced_line(item['replayed'])}")
-    for item in hostile_found:
+    for item in hostile["found"]:
         print(f"found a hostile {item['op']} call not refused as it must be ({item['field']}: {item['why']}): "
               f"{'; '.join(item['wrong'])}\n  {item['check']} (rule: {item['rule']})\n  input and request: "
               f"{item['file']}" + (f"\n  replay: {item['replay']}" if "replay" in item else ""))
     print("\n".join(reports.which_code_text(report["implementation"])))
+    run = report["run"]["explore"]  # the counts and rates of _build_report
     print(f"explore: {counted(stats['edge_programs'], 'edge program')}, {programs_text(stats)}, "
-          f"{counted(stats['steps'], 'step')}, {stats['faulted']} faulted; {counted(len(unique), 'case')} reported "
-          f"({counts['cases_run']} run, {counts['cases_set_aside']} set aside, {counts['cases_run_twice']} run by two "
-          f"jobs, {counts['store_cases']} hostile store) in {elapsed:.0f}s ({rate['examples_per_s']} programs/s, "
-          f"{rate['steps_per_s']} steps/s, {rate['faulted_per_s']} faulted/s); "
+          f"{counted(stats['steps'], 'step')}, {stats['faulted']} faulted; {counted(run['cases'], 'case')} reported "
+          f"({run['cases_run']} run, {run['cases_set_aside']} set aside, {run['cases_run_twice']} run by two "
+          f"jobs, {run['store_cases']} hostile store) in {elapsed:.0f}s ({run['examples_per_s']} programs/s, "
+          f"{run['steps_per_s']} steps/s, {run['faulted_per_s']} faulted/s); "
           f"{hostile_text({'hostile': hostile['inputs'], 'hostile_to': hostile['to'], 'hostile_failures': hostile['failures']})} "
-          f"in {hostile['seconds']:.0f}s; {counted(len(found) + len(hostile_found), 'failure')}; "
+          f"in {hostile['seconds']:.0f}s; {counted(len(found) + len(hostile['found']), 'failure')}; "
           f"report: {report_dir / 'report.html'}")
-    return (1 if found or hostile_found else 0), report
+
+
+def explore(options: Options) -> tuple[int, dict]:
+    """Run the searches, write what they found, and the report; exit 0 when nothing failed."""
+    profile = _profile(options)
+    seed = options.seed if options.seed is not None else (random.randrange(1 << 31) if profile.random_seed else 0)
+    per_job, duration = _budget(options, profile)
+    preflight(CertifyOptions(command=options.command, report_dir=options.report_dir))
+    remove_outputs(options.report_dir)  # an earlier run's report (or a certify run's certificate) in this folder
+    code = provenance.resolve(options.command)  # which code runs, once: the report and every find record it
+    report_dir = options.report_dir.absolute()
+    log_dir = report_dir / "logs"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    started, started_at = time.monotonic(), datetime.now(timezone.utc).isoformat()
+    options.progress(f"explore: profile {profile.name}, seed {seed}, {counted(options.jobs, 'job')}, "
+                     + (f"{int(duration)}s" if duration else f"{counted(per_job * options.jobs, 'program')} to judge"))
+    jobs = [{"index": i, "profile": profile.name, "overrides": {}, "seed": seed + i, "max_examples": per_job,
+             "duration_s": duration, "command": options.command, "log_dir": str(log_dir),
+             "migrations": str(options.migrations) if options.migrations else None,
+             "hostile": hostile_share(options, profile, i), "jobs": options.jobs,
+             "sweep": profile.hostile_sweep and options.hostile != 0} for i in range(options.jobs)]
+    results = _search(options, profile, jobs, log_dir, started)
+    if isinstance(results, int):
+        return results, {}
+    elapsed = time.monotonic() - started
+    stats = total([r["stats"] for r in results])
+    options.progress(progress_line(stats, elapsed))
+    found = _found(options, results, code)
+    hostile, stores = _hostile_found(options, results, code)
+    report = _build_report(options, profile, seed, results, stats, found, hostile, stores, code, started_at, elapsed,
+                           report_dir, log_dir)
+    reports.write(report, report_dir)
+    render(report_dir, RENDERINGS)
+    _print_finds(report, stats, found, hostile, elapsed, report_dir)
+    return (1 if found or hostile["found"] else 0), report

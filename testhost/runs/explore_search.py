@@ -68,7 +68,7 @@ class Stats:
     rejected: int = 0  # programs set aside: a step beside a barrier its pass never reached
     cases_set_aside: int = 0  # cases run and then left out of the report: they judged nothing
     edge_programs: int = 0  # the edge sweep's programs: each edge motif's ways onto its edge, run first
-    hostile: int = 0  # hostile calls sent (testhost/runs/hostile.py)
+    hostile: int = 0  # hostile calls sent (testhost/runs/hostile_phase.py)
     hostile_failures: int = 0
     hostile_to: dict[str, int] = field(default_factory=dict)  # where they went: implementation, fallback, claim
     steps_to_failure: int | None = None  # steps run up to and including the first failing program

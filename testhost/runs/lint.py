@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from barriers.catalog import PROCESSOR_TRANSACTIONS
 from scenarios.model import Scenario, Step, T0
 from scenarios.steps import STEPS
 
-from testhost.faults.catalog import PROCESSOR_TRANSACTIONS
 from testhost.judge.checks import comparable
 from testhost.judge.model import picture
 from testhost.judge.replay import Replay

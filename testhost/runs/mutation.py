@@ -28,8 +28,10 @@ from testhost.case.runner import REFERENCE_COMMAND
 from testhost.faults.catalog import FAULTS
 from testhost.world.workspace import DEFAULT_ROOT
 
-from .certify import (Options, Pool, Progress, RunStopped, StopSignals, _pool_factory, _worker_run,
-                      declared_operations, run_cases, schema_stage_plans, schema_version_plans)
+from .options import Options, schema_stage_plans, schema_version_plans
+from .pool import Progress, RunStopped, StopSignals, new_pool, run_cases
+from .stages import declared_operations
+from .workers import run_plan
 from .patch_mutants import PatchMutant, load as load_patch_mutants
 
 CONTROL = "control"  # the label of the unmutated implementation's jobs (a mutant may not take it)
@@ -126,7 +128,7 @@ def log_folder(log_dir: str, label: str) -> Path:
 
 
 def _job_worker(job: Job, _command: str, log_dir: str, baseline: dict | None) -> dict:
-    return _worker_run(job.case, job.command, str(log_folder(log_dir, job.label)), baseline, job.migrations)
+    return run_plan(job.case, job.command, str(log_folder(log_dir, job.label)), baseline, job.migrations)
 
 
 class MutantRun:
@@ -134,7 +136,7 @@ class MutantRun:
 
     def __init__(self, options: Options, log_dir: Path, signals: StopSignals):
         self.options, self.log_dir, self.signals = options, log_dir, signals
-        self.pool = signals.pool = Pool(_pool_factory(options))
+        self.pool = signals.pool = new_pool(options)
         self.baselines: dict[tuple[str, str], dict] = {}  # (job label, scenario) -> its fault-free run's baseline
 
     def close(self) -> None:
@@ -177,6 +179,62 @@ def _record(verdict: Verdict, cases: list[dict]) -> None:
             verdict.errors.append(f"{case['id']}: {case['reason']}")
 
 
+def _load(names: str | None, impl: str | None, mutants_dir: Path | None, root: Path | None,
+          copies: Path | None) -> list:
+    """The mutants to run: the catalog's, or the patches of `impl` in `mutants_dir` (applied to copies)."""
+    mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
+    if any(m.name == CONTROL for m in mutants):
+        raise ValueError(f"a mutant may not be named {CONTROL!r}: the unmutated implementation's logs go "
+                         "there; rename its patch")
+    return mutants
+
+
+def _census_and_control(runner: MutantRun, options: Options, mutants: list, control_command: str,
+                        control: list[dict]) -> tuple[list[CasePlan], dict[str, list[CasePlan]]]:
+    """The unmutated implementation's census plans the matrix and each mutant's slice; then it runs every slice (the
+    control), its cases going to `control` as they come. The matrix and the slices."""
+    census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
+                               for s in select(load_catalog(), options.scenario)] +
+                              [(CONTROL, control_command, None, p)
+                               for p in schema_version_plans(options.scenario)],
+                              "census (unmutated implementation)")
+    census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
+    matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
+                                 options.scenario)
+    control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
+    control_ids = {p.id for p in control_plans}
+    control += [c for _, c in census_cases if c["id"] in control_ids]
+    census_ids = {c["id"] for _, c in census_cases}
+    control += [c for _, c in runner.run([(CONTROL, control_command, None, p) for p in control_plans
+                                          if p.id not in census_ids],
+                                         "control (unmutated implementation on every slice)")]
+    return matrix, slices
+
+
+def _hunt(runner: MutantRun, verdicts: dict[str, Verdict], matrix: list[CasePlan], slices: dict[str, list[CasePlan]],
+          exhaustive: bool, all_cases: bool) -> None:
+    """Each mutant through the phases (its slice; then, exhaustive, the fault-free runs and the rest of the matrix)
+    until a case names its broken rule (or, all_cases, through every case); each case run no more than once."""
+    schema = {name: _schema_of(verdict.mutant) for name, verdict in verdicts.items()}
+    done: set[tuple[str, str]] = set()
+    phases = [("slice", lambda m: _with_baselines(slices[m.name])),
+              ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
+              ("matrix", lambda m: [p for p in matrix if p.fault is not None])][:None if exhaustive else 1]
+    for label, plans_of in phases:
+        jobs = []
+        for verdict in verdicts.values():
+            if (verdict.killed and not all_cases) or (verdict.errors and
+                                                      len(verdict.errors) == verdict.cases_run):
+                continue  # done, or broken in a way no further case will diagnose
+            m = verdict.mutant
+            for plan in plans_of(m):
+                if (m.name, plan.id) not in done:
+                    done.add((m.name, plan.id))
+                    jobs.append((m.name, m.command, schema[m.name], plan))
+        for name, case in runner.run(jobs, f"mutants: {label}"):
+            _record(verdicts[name], [case])
+
+
 def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool = True, impl: str | None = None,
                 mutants_dir: Path | None = None, root: Path | None = None, all_cases: bool = False) -> tuple[int, dict]:
     """Without exhaustive only the slices run (and the control): what `make test` does. With `impl` and
@@ -197,46 +255,12 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
         copies = None
         try:
             copies = _copies_dir() if mutants_dir else None
-            mutants = load_patch_mutants(impl, mutants_dir, root, names, copies) if mutants_dir else select_mutants(names)
-            if any(m.name == CONTROL for m in mutants):
-                raise ValueError(f"a mutant may not be named {CONTROL!r}: the unmutated implementation's logs go "
-                                 "there; rename its patch")
+            mutants = _load(names, impl, mutants_dir, root, copies)
             shutil.rmtree(log_dir, ignore_errors=True)
             verdicts = {m.name: Verdict(m) for m in mutants}
-            done: set[tuple[str, str]] = set()
             runner = MutantRun(options, log_dir, signals)
-            census_cases = runner.run([(CONTROL, control_command, None, CasePlan(s.name))
-                                       for s in select(load_catalog(), options.scenario)] +
-                                      [(CONTROL, control_command, None, p)
-                                       for p in schema_version_plans(options.scenario)],
-                                      "census (unmutated implementation)")
-            census = {c["scenario"]: c["barrier_hits"] for _, c in census_cases}
-            matrix, slices = plan_slices(mutants, census, declared_operations([{"case": c} for _, c in census_cases]),
-                                         options.scenario)
-            control_plans = sorted({p for plans in slices.values() for p in plans}, key=lambda p: p.id)
-            control_ids = {p.id for p in control_plans}
-            control = [c for _, c in census_cases if c["id"] in control_ids]
-            census_ids = {c["id"] for _, c in census_cases}
-            control += [c for _, c in runner.run([(CONTROL, control_command, None, p) for p in control_plans
-                                                  if p.id not in census_ids],
-                                                 "control (unmutated implementation on every slice)")]
-            schema = {m.name: _schema_of(m) for m in mutants}
-            phases = [("slice", lambda m: _with_baselines(slices[m.name])),
-                      ("fault-free", lambda m: [p for p in matrix if p.fault is None]),
-                      ("matrix", lambda m: [p for p in matrix if p.fault is not None])][:None if exhaustive else 1]
-            for label, plans_of in phases:
-                jobs = []
-                for verdict in verdicts.values():
-                    if (verdict.killed and not all_cases) or (verdict.errors and
-                                                              len(verdict.errors) == verdict.cases_run):
-                        continue  # done, or broken in a way no further case will diagnose
-                    m = verdict.mutant
-                    for plan in plans_of(m):
-                        if (m.name, plan.id) not in done:
-                            done.add((m.name, plan.id))
-                            jobs.append((m.name, m.command, schema[m.name], plan))
-                for name, case in runner.run(jobs, f"mutants: {label}"):
-                    _record(verdicts[name], [case])
+            matrix, slices = _census_and_control(runner, options, mutants, control_command, control)
+            _hunt(runner, verdicts, matrix, slices, exhaustive, all_cases)
             signals.armed = False
         except RunStopped as stop:
             signals.armed = False
@@ -252,7 +276,14 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
                 runner.close()
             if copies is not None:
                 shutil.rmtree(copies, ignore_errors=True)
-    elapsed = time.monotonic() - started
+    return _report(options, verdicts, control, control_command, stopped, exhaustive, all_cases,
+                   time.monotonic() - started, report_dir, log_dir)
+
+
+def _report(options: Options, verdicts: dict[str, Verdict], control: list[dict], control_command: str,
+            stopped: RunStopped | None, exhaustive: bool, all_cases: bool, elapsed: float, report_dir: Path,
+            log_dir: Path) -> tuple[int, dict]:
+    """mutants.json and the table; exit 0 when every mutant was killed and the control passed every slice."""
     control_failed = [c["id"] for c in control if c["verdict"] != "pass"]
     killed = sum(v.killed for v in verdicts.values())
     report = {"schema_version": 1, "duration_s": round(elapsed, 1), "jobs": options.jobs, "exhaustive": exhaustive,

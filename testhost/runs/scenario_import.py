@@ -29,7 +29,8 @@ def builtin_catalog() -> Path:
 def import_scenario(file: Path, catalog: Path | None = None, impl: str | None = None,
                     progress=lambda line: None) -> Path:
     """Check that FILE replays, then copy it into `catalog` (default: the built-in one); its new path."""
-    from .certify import Options, certify
+    from .certify import certify
+    from .options import Options
 
     try:
         text = file.read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from barriers.schema import RUNTIME
+from barriers.schema import DISPATCHER, RUNTIME
 
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation
@@ -86,7 +86,7 @@ def run_with_hello(world, command: str, log_dir: Path) -> tuple[dict, dict]:
     try:
         store.create_scope(SCOPE)
         before = read_rows(store)
-        env = adapter_environment(store.dsn(RUNTIME), store.dsn("appsurface_durable_dispatcher"), SCOPE, DEADLINE_S)
+        env = adapter_environment(store.dsn(RUNTIME), store.dsn(DISPATCHER), SCOPE, DEADLINE_S)
         impl = Implementation(command, env, lambda _impl, name, _ctx: barriers.append(name),
                               log_dir / CASE_ID / "A.stderr").start()
         answers = []

@@ -21,8 +21,9 @@ from pathlib import Path
 from reports import counted
 from variants import VARIANTS, Variant
 
-from . import certify as certify_module
 from . import explore as explore_module
+from .certify import certify
+from .options import Options
 
 
 def select_variants(names: str | None) -> list[Variant]:
@@ -99,7 +100,7 @@ def line(verdict: dict) -> str:
     return head
 
 
-def run_variants(options: "certify_module.Options", names: str | None = None, *, slice_only: bool = False,
+def run_variants(options: Options, names: str | None = None, *, slice_only: bool = False,
                  explore: bool = False, profile: str = "ci") -> tuple[int, dict]:
     """Certify each chosen variant (its slice only, or the whole matrix), explore it when asked; print a line each.
     Exit 0 when every one certified and showed its difference; 1 otherwise; 128+N when a signal stopped a run."""
@@ -117,7 +118,7 @@ def run_variants(options: "certify_module.Options", names: str | None = None, *,
         run_options = dataclasses.replace(options, command=variant.command, report_dir=folder / "certify",
                                           progress=progress, **selection)
         with open(folder / "certify.txt", "w") as out, contextlib.redirect_stdout(out):
-            code, report = certify_module.certify(run_options)
+            code, report = certify(run_options)
         explored = None
         if code < 128 and explore:
             explored = _explore(variant, options, folder, profile, progress)

@@ -15,14 +15,12 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from barriers.schema import DISPATCHER, OWNER, RUNTIME
 from testhost.errors import TestHostError
 
 from .sessions import KeptSession, server_incarnation
 from .worlds import World
 
-OWNER = "appsurface_durable_owner"
-RUNTIME = "appsurface_durable_runtime"
-DISPATCHER = "appsurface_durable_dispatcher"
 TEMPLATE = "appsurface_template"
 _counter = itertools.count(1)
 _lock = threading.Lock()

@@ -258,9 +258,9 @@ class HostileRun:
         else:
             case.fallbacks.add(hostile.op)
             try:
-                response = case._fallback_call(hostile.op, hostile.args, uuid.uuid4())
+                response = case.fallback_call(hostile.op, hostile.args, uuid.uuid4())
             except Exception as exc:  # noqa: BLE001 - the fallback is the reference client: its crash is a finding
-                case._close_fallbacks()
+                case.close_fallbacks()
                 return Answer("crash", error={"message": f"the fallback (reference client) raised "
                                                          f"{type(exc).__name__}: {str(exc)[:300]}"})
         return Answer(response.outcome, response.problem, response.error, response.value)
@@ -268,7 +268,7 @@ class HostileRun:
     def close(self) -> None:
         if self.case is not None:
             case, self.case = self.case, None
-            case._teardown()
+            case.teardown()
 
 
 class HostileSearch:
