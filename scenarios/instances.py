@@ -95,7 +95,7 @@ def _line_of(text: str, label: str) -> str:
 
 def parse_instances(raw: Any, label: str, text: str = "", origin: str | None = None) -> dict[str, Instance]:
     """The scenario's `[instances.LABEL]` tables, checked; errors are one line naming the file, line and field."""
-    from .model import ScenarioError
+    from .errors import ScenarioError
     try:
         return _parse(raw, label, text, origin)
     except ValueError as exc:

@@ -11,32 +11,12 @@ from typing import Any
 
 from .errors import ScenarioError, StepError
 from .instances import Instance, parse_instances
-from .steps import SCENARIO, SCENARIO_FIELDS, Context, check_expectation, check_step, check_table, spec_to_wire, step_lines
+from .steps import SCENARIO, SCENARIO_FIELDS, Context, Step, check_expectation, check_step, check_table, spec_to_wire, step_lines
 from .times import T0, relative
 
 __all__ = ["T0", "Scenario", "ScenarioError", "Step", "load_catalog", "parse", "relative", "spec_to_wire"]
 
 SCHEDULE_NAMESPACE = uuid.UUID("6b1d3f4e-2b7c-4e0e-9a55-0c7f3e1d2a90")
-
-
-@dataclass(frozen=True)
-class Step:
-    op: str
-    args: dict[str, Any]
-    index: int
-
-    @property
-    def schedule(self) -> str | None:
-        return self.args.get("schedule")
-
-    @property
-    def expected_outcome(self) -> str:
-        """What a client step must answer: ok unless the scenario says the call is refused."""
-        return self.args.get("expect", "ok")
-
-    def describe(self) -> str:
-        shown = {k: v for k, v in self.args.items() if k != "spec"}
-        return f"{self.op} {shown}" if shown else self.op
 
 
 @dataclass(frozen=True)

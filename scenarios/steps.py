@@ -12,7 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from barriers.catalog import BY_NAME as BARRIERS, CANCEL_BARRIERS, PROCESSOR_TRANSACTIONS
 from barriers.protocol import PROBLEMS
@@ -21,8 +21,26 @@ from barriers.schema import REVOCABLE
 from .errors import StepError, TimeError
 from .times import relative
 
-if TYPE_CHECKING:
-    from .model import Step
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    args: dict[str, Any]
+    index: int
+
+    @property
+    def schedule(self) -> str | None:
+        return self.args.get("schedule")
+
+    @property
+    def expected_outcome(self) -> str:
+        """What a client step must answer: ok unless the scenario says the call is refused."""
+        return self.args.get("expect", "ok")
+
+    def describe(self) -> str:
+        shown = {k: v for k, v in self.args.items() if k != "spec"}
+        return f"{self.op} {shown}" if shown else self.op
 
 
 @dataclass(frozen=True)
@@ -789,8 +807,6 @@ def pass_limit(args: dict[str, Any]) -> int:
 
 def during_step(step: "Step") -> tuple[str, int, "Step"] | None:
     """The barrier, hit and step a pass runs beside its held barrier, if it has one."""
-    from .model import Step
-
     during = step.args.get("during")
     if during is None:
         return None
