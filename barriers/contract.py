@@ -1,7 +1,7 @@
 """The certification contract: its version, every change since the first published one, and the class of each rule.
 
-The contract is the rules certification enforces (every check of `testhost.judge.checks.CHECKS` and every schema rule of
-`barriers.schema.SCHEMA_RULES`) plus the normative store. A change that can fail an implementation that conformed
+The contract is the rules certification enforces (every check of `testhost.judge.registry.CHECKS` and every schema rule
+of `barriers.schema.SCHEMA_RULES`) plus the normative store. A change that can fail an implementation that conformed
 before (a new mandatory behaviour, a store API change, a rule tightened, a reading pinned) is a major version; a change
 that cannot (a new optional operation or field, a new scenario or check of a rule that already bound, a rule
 loosened) is minor. `docs/contract-changes.md` is rendered from this module (`python -m barriers.contract`), and
@@ -511,11 +511,9 @@ def current_fingerprints(rules: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 def registered_rules() -> dict[str, str]:
     """Every rule certification enforces, by name: the checks, then the schema rules."""
-    import testhost.runs.certify  # noqa: F401 - registers every check module's rules
-    from testhost.judge.checks import CHECKS
+    from testhost.judge.registry import registered_rules as rules
 
-    from .schema import SCHEMA_RULES
-    return {**CHECKS, **{r.name: r.rule for r in SCHEMA_RULES}}
+    return rules()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,7 +108,7 @@ def _problems() -> list[str]:
 
 def _normative() -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
-    from testhost.judge.checks import CHECKS
+    from testhost.judge.registry import CHECKS
     from testhost.faults.catalog import DEADLINE_MARGIN_S
 
     out = ["## What a certified implementation must do", "",

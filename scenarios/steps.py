@@ -190,14 +190,14 @@ class ClientStep(StepKind):
             raise StepError("a stale revision must be refused: stale_revision needs expect = \"fail\"")
 
     def run(self, case, step):
-        from testhost.judge import commands
+        from testhost.world import table_rows
 
         # Only a step expected refused is read whole before and after: one that should apply and is refused
         # fails its check anyway, and a read of every table around every command would cost every case.
         refusal = step.expected_outcome == "fail"
         if refusal:
             with case.owner() as conn:
-                before = commands.rows(conn)
+                before = table_rows.rows(conn)
         seen = self.before(case, step)
         started = case.world.clock.now()
         response = case._client_op(self.operation, self.request(case, step))
@@ -205,7 +205,7 @@ class ClientStep(StepKind):
         changed = {}
         if refusal and response.outcome == "fail":
             with case.owner() as conn:
-                changed = commands.changed(before, commands.rows(conn))
+                changed = table_rows.changed(before, table_rows.rows(conn))
         case.client_outcomes.append((step, response, changed))
         if response.outcome == "ok":
             self.observe(case, step, self.model(case, step), seen, (started, case.world.clock.now()))

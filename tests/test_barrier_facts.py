@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from scenarios.model import load_catalog
-from testhost.case.barrier_facts import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, BarrierFacts, changes
-from testhost.judge.checks import CHECKS
+from testhost.case.barrier_facts import BarrierFacts
+from testhost.judge.barrier_checks import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, changes
+from testhost.judge.registry import CHECKS
 from testhost.case.runner import CasePlan, run_case
 
 S = "00000000-0000-4000-8000-000000000001"

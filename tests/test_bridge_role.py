@@ -14,7 +14,7 @@ from scenarios.matrix import expand
 from scenarios.model import ScenarioError, load_catalog, parse
 from scenarios.steps import pass_denial
 from testhost.judge import bridge_role
-from testhost.judge.checks import CHECKS
+from testhost.judge.registry import CHECKS
 from testhost.faults.catalog import FAULTS
 from testhost.case.runner import CasePlan, run_case, store_pool
 from testhost.world.store import Snapshot, StoreChanged, new_store, reset_store

@@ -14,8 +14,10 @@ from mutants.catalog import BY_NAME
 from scenarios.errors import ScenarioError
 from scenarios.matrix import expand
 from scenarios.model import load_catalog, parse
-from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan, keeps_committed, lost
-from testhost.judge.checks import CHECKS, pass_bounded
+from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan
+from testhost.judge.cancelled_pass import keeps_committed, lost
+from testhost.judge.pass_windows import pass_bounded
+from testhost.judge.registry import CHECKS
 from testhost.case.runner import CasePlan, run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"

@@ -14,9 +14,11 @@ import pytest
 from barriers.protocol import PROBLEMS, problem_name
 from scenarios.model import ScenarioError, Step, load_catalog, parse
 from testhost.judge import commands
-from testhost.judge.checks import CHECKS, client_outcomes
+from testhost.judge.commands import client_outcomes
+from testhost.judge.registry import CHECKS
 from testhost.impl.implementation import Response
 from testhost.case.runner import CasePlan, run_case
+from testhost.world import table_rows
 
 REPO = Path(__file__).resolve().parent.parent
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
@@ -65,11 +67,11 @@ def test_a_refusal_must_name_its_problem_exactly_and_change_no_row():
 
 
 def test_changed_rows_are_named_by_table_added_and_removed():
-    empty = {t: set() for t in commands.WRITTEN_BY_COMMANDS}
-    assert commands.changed(empty, empty) == {}
+    empty = {t: set() for t in table_rows.WRITTEN_BY_COMMANDS}
+    assert table_rows.changed(empty, empty) == {}
     after = {**empty, "schedule_commands": {'{"command_id": "c"}'}, "schedule_history": set()}
-    assert commands.changed(empty, after) == {"schedule_commands": {"added": [{"command_id": "c"}], "removed": []}}
-    assert commands.changed(after, empty) == {"schedule_commands": {"added": [], "removed": [{"command_id": "c"}]}}
+    assert table_rows.changed(empty, after) == {"schedule_commands": {"added": [{"command_id": "c"}], "removed": []}}
+    assert table_rows.changed(after, empty) == {"schedule_commands": {"added": [], "removed": [{"command_id": "c"}]}}
 
 
 def _generation(accepted, command_accepted, kind="create", **columns):

@@ -11,7 +11,9 @@ import pytest
 
 from barriers.protocol import COUNTS
 from scenarios.model import ScenarioError, load_catalog, parse
-from testhost.judge.checks import COUNT_FACTS, CHECKS, counts_not_compared, process_counts, work_own_clock
+from testhost.judge.clock_samples import work_own_clock
+from testhost.judge.pass_windows import COUNT_FACTS, counts_not_compared, process_counts
+from testhost.judge.registry import CHECKS
 from testhost.judge.identity import expected_work
 from testhost.case.runner import CasePlan, run_case
 from testhost.judge.state import StoreState

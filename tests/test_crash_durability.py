@@ -9,7 +9,7 @@ from barriers import CATALOG
 from scenarios.matrix import expand
 from scenarios.model import is_builtin, load_catalog
 from testhost.runs.certify import Options, census, certify
-from testhost.judge.checks import CRASH_DURABILITY, crash_durability
+from testhost.judge.fault_checks import CRASH_DURABILITY, crash_durability
 from testhost.faults.catalog import DB_CRASH_SCENARIOS, FAULTS
 
 CASE = "at-single/schedule-decision-after-commit/db-crash/1"

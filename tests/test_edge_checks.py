@@ -11,7 +11,8 @@ from datetime import datetime, timedelta, timezone
 from mutants.catalog import CUTOFF, HIGH_WATER, NEVER_REWRITES
 from scenarios.model import load_catalog
 from testhost.case.barrier_facts import BarrierFacts
-from testhost.judge.checks import CHECKS, cursor_high_water, generations_unchanged, pass_decides_due
+from testhost.judge.registry import CHECKS
+from testhost.judge.observations import cursor_high_water, generations_unchanged, pass_decides_due
 from testhost.case.runner import CasePlan, run_case
 from testhost.judge.state import StoreState
 

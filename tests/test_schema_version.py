@@ -10,7 +10,7 @@ import pytest
 
 from barriers.render import render
 from testhost.runs.certify import Options, _validate, schema_version_plans
-from testhost.judge.checks import CHECKS
+from testhost.judge.registry import CHECKS
 from testhost.case.runner import CasePlan
 from testhost.runs.schema_version import CASE_ID, judge, run_schema_version
 

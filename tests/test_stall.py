@@ -15,7 +15,7 @@ from mutants.catalog import LEASE
 from scenarios.matrix import expand
 from scenarios.model import load_catalog
 from testhost.runs.certify import Options, certify
-from testhost.judge.checks import stall_took_over
+from testhost.judge.fault_checks import stall_took_over
 from testhost.faults.catalog import FAULTS, PROCESSOR_TRANSACTIONS, lock_holder
 from testhost.case.runner import CasePlan, run_case
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import EQUIVALENCE, SCENARIO, CheckResult, _picture_differences, equivalence, expectations, vacuity
+from .expectations import EQUIVALENCE, SCENARIO, equivalence, expectations
+from .invariants import vacuity
+from .pictures import picture_differences
+from .rules import CheckResult
 
 # Why a check was not applied, as report.json's `skipped` says it.
 NO_BASELINE = "not compared: the scenario's fault-free run left no baseline (it did not finish)"
@@ -26,7 +29,7 @@ def baseline(picture: dict | None, model_picture: dict | None) -> dict | None:
 
 def timeline_differences(faulted_model: dict, fault_free_model: dict) -> list[dict]:
     """Where the model's pictures of two timelines differ (each run's own reference instants left out)."""
-    return _picture_differences(faulted_model, fault_free_model, ("this_timeline", "fault_free_timeline"))
+    return picture_differences(faulted_model, fault_free_model, ("this_timeline", "fault_free_timeline"))
 
 
 def decide(faulted: bool, scenario_equivalence: bool, base: dict | None, model_picture: dict,
