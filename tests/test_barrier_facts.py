@@ -36,7 +36,7 @@ def _occurrence(xmin, state="pending", last="t1", work_id=None):
 
 
 def test_the_checks_are_registered_so_the_protocol_page_lists_them():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     for name in BARRIER_CHECKS:
         assert name in CHECKS and f"`{name}`" in page

@@ -36,7 +36,7 @@ def _by_name(results):
 
 
 def test_both_checks_are_registered_with_their_sentences_and_listed_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     assert CHECKS["bridge-role-proven"].startswith(PROOF)
     assert CHECKS["bridge-failure-not-retriable"].startswith(NOT_RETRIABLE)
     page = render()

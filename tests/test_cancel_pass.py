@@ -44,7 +44,7 @@ def _plan(delivered=True, answer="ok", at_answer=None, at_end=None, superseding=
 
 
 def test_the_check_is_registered_with_its_sentence_and_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     assert CHECKS["cancel-keeps-committed"].startswith(SENTENCE)
     assert f"| `cancel-keeps-committed` | pinned-reading" in page and f" | {CHECKS['cancel-keeps-committed']} |" in page

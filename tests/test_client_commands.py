@@ -30,7 +30,7 @@ CLIENT_CHECKS = ("command-accepted-at", "definition-persisted", "release-rebinds
 # -- pure: the registry, the matching, the checks on rows -------------------------------------------------------
 
 def test_every_problem_the_reference_answers_is_registered_and_listed_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     answered = set(re.findall(r'BASE \+ "([a-z-]+)"', (REPO / "reference" / "problems.py").read_text()))
     assert answered == {p.name for p in PROBLEMS}
     page = render()

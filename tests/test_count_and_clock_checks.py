@@ -34,7 +34,7 @@ def _window(reported, seen, *, outcomes=("ok",), faults=(), before=ZERO):
 
 
 def test_every_count_of_the_registry_is_seen_as_a_fact_and_named_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     assert [c.name for c in COUNTS] == list(COUNT_FACTS)
     page = render()
     for count in COUNTS:

@@ -30,7 +30,7 @@ def _window(claimed, *, requests=({},), outcomes=("ok",), faults=(), clean=True,
 
 
 def test_the_new_checks_are_registered_with_their_spec_sentences_and_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     for name in ("pass-bounded", "empty-pass-ok", "pass-leaves-no-lease", "anomaly-only-past-the-window",
                  "behind-cursor-no-op"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from barriers.render import render
+from testhost.runs.protocol_page import render
 from testhost.runs.certify import Options, _validate, schema_version_plans
 from testhost.judge.registry import CHECKS
 from testhost.case.runner import CasePlan
