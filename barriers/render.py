@@ -1,11 +1,13 @@
-"""Renders barriers/PROTOCOL.md from the barrier catalog and the protocol registries."""
+"""Renders barriers/PROTOCOL.md from the barrier catalog and the protocol registries, with the checks and faults
+certification runs passed in (testhost/runs/protocol_page.py passes testhost's: the module imports nothing of it)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Mapping, Protocol
 
-from .catalog import CATALOG
+from .catalog import CATALOG, Barrier
 from . import schema
 from .protocol import (CLOCK_RULES, COUNT_RULES, COUNTS, ENVIRONMENT, MESSAGES, NORMATIVE, OPERATIONS, OUTCOMES, PROBLEMS, PROCESS_RULES,
                        PROTOCOL_VERSION, TIMEOUTS)
@@ -13,6 +15,16 @@ from .contract import CLASSES, KIND_MEANING, SPEC, VERSION as CONTRACT_VERSION, 
 from .schema import SCHEMA_RULES
 
 PAGE = Path(__file__).with_name("PROTOCOL.md")
+
+
+class Fault(Protocol):
+    """A fault as the page lists it (testhost/faults/catalog.py FAULTS holds them)."""
+
+    summary: str  # what the host does
+    expects: str  # what the implementation must then do (or must not)
+
+    def applies(self, barrier: Barrier) -> str | None:
+        """None if the fault can be injected at this barrier, else why not."""
 
 
 def _fields(fields) -> list[str]:
@@ -51,17 +63,16 @@ def _schema_surface() -> list[str]:
     return out + [""]
 
 
-def _faults() -> list[str]:
+def _faults(faults: Mapping[str, Fault]) -> list[str]:
     """The fault plug-ins (testhost/faults/catalog.py), each with what it does and what it expects of you."""
     from barriers import CATALOG as barriers
-    from testhost.faults.catalog import FAULTS
 
     out = ["", "## Faults", "",
            "Each faulted case injects one of these at one hit of one barrier, before the host's reply. A fault that "
            "cannot happen at a barrier is not planned there (`crashproof scenarios --matrix` lists each skip with "
            "its reason).", "",
            "| fault | what the host does | what your implementation must do | barriers |", "|---|---|---|---|"]
-    for name, fault in FAULTS.items():
+    for name, fault in faults.items():
         where = [b.name for b in barriers if fault.applies(b) is None]
         scope = "every barrier" if len(where) == len(barriers) else ", ".join(f"`{b}`" for b in where)
         out.append(f"| `{name}` | {fault.summary} | {fault.expects} | {scope} |")
@@ -73,10 +84,9 @@ def _migrations() -> str:
     return ", ".join(f"`{m.name}`" for m in migrations())
 
 
-def _deadline_scenarios() -> str:
+def _deadline_scenarios(cover: str) -> str:
     from scenarios.model import load_catalog
-    from testhost.faults.catalog import DEADLINE_COVER
-    return ", ".join(f"`{s.name}`" for s in load_catalog() if DEADLINE_COVER in s.covers)
+    return ", ".join(f"`{s.name}`" for s in load_catalog() if cover in s.covers)
 
 
 def _bridge_clock_scenarios() -> str:
@@ -106,18 +116,15 @@ def _problems() -> list[str]:
     return out + [""]
 
 
-def _normative() -> list[str]:
+def _normative(checks: Mapping[str, str], deadline_cover: str, deadline_margin_s: float) -> list[str]:
     """The rules a certified implementation must follow, then every check with the rule its failure names."""
-    from testhost.judge.checks import CHECKS
-    from testhost.faults.catalog import DEADLINE_MARGIN_S
-
     out = ["## What a certified implementation must do", "",
            "These rules are normative: each names, in backticks, the check that enforces it. "
            "docs/protocol-notes.md gives the reasons where the spec left a choice.", ""]
     for section in NORMATIVE:
         out += [f"### {section.title}", ""]
-        out += ["- " + rule.replace("{migrations}", _migrations()).replace("{margin}", f"{DEADLINE_MARGIN_S:g}")
-                .replace("{deadline_scenarios}", _deadline_scenarios())
+        out += ["- " + rule.replace("{migrations}", _migrations()).replace("{margin}", f"{deadline_margin_s:g}")
+                .replace("{deadline_scenarios}", _deadline_scenarios(deadline_cover))
                 .replace("{bridge_clock_scenarios}", _bridge_clock_scenarios()) for rule in section.rules]
         out += [""]
     out += ["## The checks", "",
@@ -138,7 +145,7 @@ def _normative() -> list[str]:
             "changed a check is beside it.",
             "", "| check | class | since | rule |", "|---|---|---|---|"]
     out += [f"| `{name}` | {_class(name)} | {settled(name)} | {rule.replace('|', '&#124;')} |"
-            for name, rule in CHECKS.items()]
+            for name, rule in checks.items()]
     return out + [""]
 
 
@@ -149,7 +156,10 @@ def _class(name: str) -> str:
     return f"{rule_class.kind}" + (f" ({notes})" if notes and rule_class.kind != SPEC else "")
 
 
-def render() -> str:
+def render(checks: Mapping[str, str], faults: Mapping[str, Fault], *, deadline_cover: str,
+           deadline_margin_s: float) -> str:
+    """The page, listing `checks` (every check's rule by its name) and `faults` (by name); `deadline_cover` tags the
+    scenarios whose lost COMMIT replies are held past the client deadline, by `deadline_margin_s` at most."""
     out = [
         "# The crashproof adapter protocol",
         "",
@@ -247,7 +257,7 @@ def render() -> str:
             "|---|---|---|---|---|"]
     out += [f"| `{b.name}`{' (spec)' if b.from_spec else ''} | `{b.operation}` | {b.transaction} | {b.position} | "
             f"{b.durable_if_killed_here} |" for b in CATALOG]
-    out += _faults()
+    out += _faults(faults)
     out += ["## Deterministic Work identity", "",
             "The checks recompute the Work identity of every materialized occurrence and compare it with your link "
             "and your Work row:", "",
@@ -259,7 +269,7 @@ def render() -> str:
             "activity  = \"schedule/<schedule_id>/g<generation>/<kind>\"",
             "command   = the generation's target command",
             "```", ""]
-    out += _normative()
+    out += _normative(checks, deadline_cover, deadline_margin_s)
     out += ["## Certifying your own schema", "",
             "By default the database holds the reference's migrations. A product that ships its own passes them with "
             "`crashproof certify --migrations DIR` (numbered files `0001_name.sql`, `0002_name.sql`, ... without gaps; "
@@ -284,11 +294,8 @@ def render() -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    PAGE.write_text(render())
-    print(f"wrote {PAGE}")
-    return 0
-
-
 if __name__ == "__main__":
+    # The page lists the checks and faults testhost registers, so testhost writes it, passing them in: only this
+    # command line reaches into testhost, and it imports this module as barriers.render like any other caller.
+    from testhost.runs.protocol_page import main
     sys.exit(main())

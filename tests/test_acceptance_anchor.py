@@ -12,7 +12,8 @@ from types import SimpleNamespace
 from mutants.catalog import ACCEPTANCE_ANCHOR
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.judge.checks import CHECKS, acceptance_anchor
+from testhost.judge.clock_samples import acceptance_anchor
+from testhost.judge.registry import CHECKS
 from testhost.judge.model import Generation
 from testhost.case.runner import run_case
 from testhost.judge.state import StoreState

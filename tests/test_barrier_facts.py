@@ -11,8 +11,10 @@ import pytest
 
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.case.barrier_facts import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, BarrierFacts, changes
-from testhost.judge.checks import CHECKS
+from testhost.case.barrier_facts import BarrierFacts
+from testhost.judge.barrier_checks import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, changes
+from testhost.judge.registry import CHECKS
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 
 S = "00000000-0000-4000-8000-000000000001"
@@ -36,7 +38,7 @@ def _occurrence(xmin, state="pending", last="t1", work_id=None):
 
 
 def test_the_checks_are_registered_so_the_protocol_page_lists_them():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     for name in BARRIER_CHECKS:
         assert name in CHECKS and f"`{name}`" in page

@@ -45,7 +45,8 @@ def test_the_spec_names_are_in_the_catalog_verbatim():
 
 
 def test_protocol_page_is_generated_from_the_registries():
-    from barriers.render import PAGE, render
+    from barriers.render import PAGE
+    from testhost.runs.protocol_page import render
     assert PAGE.read_text() == render(), "barriers/PROTOCOL.md is stale: run `python -m barriers.render`"
 
 
@@ -59,11 +60,14 @@ def test_reference_adapter_speaks_the_registered_operations():
 def test_every_check_the_harness_runs_is_on_the_protocol_page_with_its_rule():
     import re
 
-    from testhost.judge.checks import CHECKS
+    from testhost.judge.registry import CHECKS
     root = pathlib.Path(__file__).parent.parent
     page = (root / "barriers" / "PROTOCOL.md").read_text()
     used = set()
-    for source in ("testhost/judge/checks.py", "testhost/case/runner.py"):
+    for source in [f"testhost/judge/{module}.py" for module in (
+            "invariants", "ranges", "fault_checks", "expectations", "commands", "observations", "pass_windows",
+            "clock_samples", "stage_rules", "barrier_checks", "cancelled_pass", "bridge_role")] + [
+            "testhost/case/runner.py"]:
         text = (root / source).read_text()
         used |= set(re.findall(r'(?:CheckResult\(|invariant\(|rule_of\(\s*)"([a-z][a-z0-9-]+)"', text))
     assert len(used) >= 30 and used <= set(CHECKS), used - set(CHECKS)
@@ -77,7 +81,7 @@ def test_every_check_the_harness_runs_is_on_the_protocol_page_with_its_rule():
 def test_the_readings_certification_enforces_name_real_checks():
     import re
 
-    from testhost.judge.checks import CHECKS
+    from testhost.judge.registry import CHECKS
     notes = (pathlib.Path(__file__).parent.parent / "docs" / "protocol-notes.md").read_text()
     table = notes.split("## Readings certification enforces", 1)[1].split("\n## ", 1)[0]
     enforced_by = [line.rstrip(" |").rsplit("|", 1)[1] for line in table.splitlines() if line.startswith("| ")]

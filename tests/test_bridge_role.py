@@ -14,7 +14,7 @@ from scenarios.matrix import CasePlan, expand
 from scenarios.model import ScenarioError, load_catalog, parse
 from scenarios.steps import pass_denial
 from testhost.judge import bridge_role
-from testhost.judge.checks import CHECKS
+from testhost.judge.registry import CHECKS
 from testhost.faults.catalog import FAULTS
 from testhost.case.runner import run_case, store_pool
 from testhost.world.store import Snapshot, StoreChanged, new_store, reset_store
@@ -36,7 +36,7 @@ def _by_name(results):
 
 
 def test_both_checks_are_registered_with_their_sentences_and_listed_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     assert CHECKS["bridge-role-proven"].startswith(PROOF)
     assert CHECKS["bridge-failure-not-retriable"].startswith(NOT_RETRIABLE)
     page = render()

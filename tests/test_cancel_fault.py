@@ -10,7 +10,8 @@ import pytest
 
 from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog, parse
-from testhost.judge.checks import CHECKS, cancel_retried
+from testhost.judge.fault_checks import cancel_retried
+from testhost.judge.registry import CHECKS
 from testhost.faults.catalog import FAULTS
 from testhost.case.runner import run_case
 

@@ -14,8 +14,11 @@ from mutants.catalog import BY_NAME
 from scenarios.errors import ScenarioError
 from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog, parse
-from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan, keeps_committed, lost
-from testhost.judge.checks import CHECKS, pass_bounded
+from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan
+from testhost.judge.cancelled_pass import keeps_committed, lost
+from testhost.judge.pass_windows import pass_bounded
+from testhost.judge.registry import CHECKS
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
@@ -42,7 +45,7 @@ def _plan(delivered=True, answer="ok", at_answer=None, at_end=None, superseding=
 
 
 def test_the_check_is_registered_with_its_sentence_and_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     assert CHECKS["cancel-keeps-committed"].startswith(SENTENCE)
     assert f"| `cancel-keeps-committed` | pinned-reading" in page and f" | {CHECKS['cancel-keeps-committed']} |" in page

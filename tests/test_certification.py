@@ -7,7 +7,7 @@ import re
 
 from mutants.catalog import MUTANTS
 from testhost.runs import coverage
-from testhost.judge.checks import CHECKS
+from testhost.judge.registry import CHECKS
 from testhost.runs.edges import EDGES, Edge
 from testhost.cli import main
 from testhost.runs.patch_mutants import preamble

@@ -6,7 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from testhost.judge.checks import INVARIANTS, equivalence, expectations, normalize, universal
+from testhost.judge.expectations import equivalence, expectations
+from testhost.judge.invariants import INVARIANTS, universal
+from testhost.judge.pictures import normalize
 from testhost.judge.identity import expected_work, instant_text
 from testhost.judge.state import StoreState
 
@@ -232,7 +234,7 @@ def test_the_dropped_expectation_holds_the_history_to_the_due_instants_an_update
 
 
 def test_model_agreement_compares_the_database_with_the_independent_model():
-    from testhost.judge.checks import model_agreement
+    from testhost.judge.expectations import model_agreement
     from testhost.judge.model import Generation, Model
     model = Model()
     model.create("report", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
@@ -254,7 +256,7 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
 
 def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
     from scenarios.model import Step
-    from testhost.judge.checks import client_outcomes
+    from testhost.judge.commands import client_outcomes
     from testhost.impl.implementation import Response
     refused = Response("fail", problem={"type": "urn:appsurface-durable:problem:schedule-deleted", "status": 409})
     step = Step("update", {"schedule": "s", "spec": {}, "expect": "fail", "problem": "schedule-deleted"}, 4)
@@ -268,7 +270,7 @@ def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
 
 def test_a_step_citing_a_rule_is_judged_under_it_and_a_refusal_must_change_nothing():
     from scenarios.model import Step
-    from testhost.judge.checks import CLIENT_RULE, client_outcomes
+    from testhost.judge.commands import CLIENT_RULE, client_outcomes
     from testhost.impl.implementation import Response
     rule = "The function rejects blank or control-character lease owners"
     step = Step("process", {"lease_seconds": 1800, "expect": "fail", "rule": rule}, 2)
@@ -290,7 +292,7 @@ def _seen(*rows):
 
 
 def test_a_pending_coalesced_range_only_moves_its_last_instant_forward():
-    from testhost.judge.checks import coalesced_forward
+    from testhost.judge.observations import coalesced_forward
     grown = [(1, _seen((180, 180, "pending"))), (2, _seen((180, 240, "pending"))), (3, _seen((180, 240, "materialized")))]
     assert coalesced_forward(grown).ok and coalesced_forward(grown).rows == 2
     moved = [(1, _seen((180, 180, "pending"))), (2, _seen((240, 240, "pending")))]
@@ -301,7 +303,7 @@ def test_a_pending_coalesced_range_only_moves_its_last_instant_forward():
 
 
 def test_a_resumed_processor_that_writes_after_losing_its_lease_fails_the_fence_check():
-    from testhost.judge.checks import late_writes
+    from testhost.judge.fault_checks import late_writes
     before = {"dispatch": [{"dispatch_revision": 4}], "occurrences": []}
     held = late_writes(before, dict(before), {"schedule_id": "s"})
     assert held.ok and held.rows == 1  # the rows held still, not the tables
@@ -310,7 +312,7 @@ def test_a_resumed_processor_that_writes_after_losing_its_lease_fails_the_fence_
 
 
 def test_two_pending_coalesced_seen_after_any_step_fail_even_when_the_final_state_has_one():
-    from testhost.judge.checks import one_pending_coalesced_seen
+    from testhost.judge.observations import one_pending_coalesced_seen
     one = [(1, _seen((180, 180, "pending"))), (2, _seen((180, 240, "pending"), (120, 120, "materialized")))]
     assert one_pending_coalesced_seen(one).ok
     two = [(1, _seen((180, 180, "pending"), (240, 240, "pending"))), (2, _seen((180, 180, "materialized")))]
@@ -319,7 +321,7 @@ def test_two_pending_coalesced_seen_after_any_step_fail_even_when_the_final_stat
 
 
 def test_a_check_over_zero_rows_where_the_scenario_promised_some_fails_the_run():
-    from testhost.judge.checks import promised, vacuity
+    from testhost.judge.invariants import promised, vacuity
     expect = {"report": {"occurrences": [{"generation": 1, "kind": "nominal", "first": "+60s", "last": "+60s",
                                           "state": "materialized"}], "works": 1}}
     assert promised(expect) == {"definitions", "occurrences", "materialized"}
@@ -339,7 +341,7 @@ def _answer(outcome, committed=(), faulted=None, op="process-due"):
 
 
 def test_a_fail_after_a_committed_transaction_of_the_request_is_a_wrong_fail():
-    from testhost.judge.checks import outcome_honesty
+    from testhost.judge.fault_checks import outcome_honesty
     honest = [_answer("ok", ["schedule-claim-after-commit"]), _answer("fail"),
               _answer("unknown", faulted="schedule-decision-before-commit"),
               _answer("fail", faulted="schedule-decision-before-commit")]
@@ -357,7 +359,7 @@ def test_a_fail_after_a_committed_transaction_of_the_request_is_a_wrong_fail():
 
 
 def test_a_connection_kept_open_past_the_deadline_and_its_margin_fails_the_client_deadline():
-    from testhost.judge.checks import client_deadline
+    from testhost.judge.fault_checks import client_deadline
     assert client_deadline({"server_fate_before_heal": "committed"}) is None  # the reply was not held
     held = {"deadline_s": 2.0, "deadline_margin_s": 3.0}
     assert client_deadline({**held, "connection_abandoned_after_s": 2.1}).ok
@@ -374,7 +376,7 @@ def _cursors_seen(cursor_s, occurrences=1, last_s=60, skipped=0, generation=1):
 
 
 def test_a_cursor_moved_while_nothing_was_decided_is_an_idle_pass_moving_it():
-    from testhost.judge.checks import idle_cursor
+    from testhost.judge.observations import idle_cursor
     moved_with_a_decision = [(0, _cursors_seen(61)), (1, _cursors_seen(121, occurrences=2, last_s=120)), (2, _cursors_seen(121, 2, 120)),
                              (3, _cursors_seen(181, 2, 180)), (4, _cursors_seen(241, 2, 180, skipped=1)), (5, _cursors_seen(250, 2, 180, 1, 2))]
     assert idle_cursor(moved_with_a_decision).ok and idle_cursor(moved_with_a_decision).rows == 5
@@ -396,7 +398,7 @@ def _history(event, at_s, **detail):
 
 
 def test_the_processor_history_rows_must_be_the_ones_the_model_expects():
-    from testhost.judge.checks import history_agreement
+    from testhost.judge.expectations import history_agreement
     from testhost.judge.model import Generation, Model
     model = Model()
     model.create("n", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T, misfire="skip"))
@@ -428,7 +430,7 @@ def test_the_model_takes_every_integer_n_of_an_every_grid_before_a_future_anchor
 
 
 def test_model_agreement_and_equivalence_evidence_is_in_rfc_3339_instants():
-    from testhost.judge.checks import model_agreement
+    from testhost.judge.expectations import model_agreement
     from testhost.judge.model import Generation, Model
     model = Model()
     model.create("r", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
@@ -455,7 +457,7 @@ def test_model_agreement_and_equivalence_evidence_is_in_rfc_3339_instants():
 
 
 def test_a_schedule_held_fenced_that_decides_anything_after_a_step_acts_past_its_fence():
-    from testhost.judge.checks import fence_seen
+    from testhost.judge.observations import fence_seen
     fenced = {"fenced": {str(S): "runtime-epoch"}}
     suspended_in_place = [(0, _cursors_seen(0, occurrences=0)), (1, {**_cursors_seen(0, occurrences=0), **fenced})]
     assert fence_seen(suspended_in_place).ok and fence_seen(suspended_in_place).rows == 1

@@ -15,9 +15,12 @@ from barriers.protocol import PROBLEMS, problem_name
 from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, Step, load_catalog, parse
 from testhost.judge import commands
-from testhost.judge.checks import CHECKS, client_outcomes
+from testhost.judge.commands import client_outcomes
+from testhost.judge.registry import CHECKS
 from testhost.impl.implementation import Response
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
+from testhost.world import table_rows
 
 REPO = Path(__file__).resolve().parent.parent
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
@@ -29,7 +32,7 @@ CLIENT_CHECKS = ("command-accepted-at", "definition-persisted", "release-rebinds
 # -- pure: the registry, the matching, the checks on rows -------------------------------------------------------
 
 def test_every_problem_the_reference_answers_is_registered_and_listed_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     answered = set(re.findall(r'BASE \+ "([a-z-]+)"', (REPO / "reference" / "problems.py").read_text()))
     assert answered == {p.name for p in PROBLEMS}
     page = render()
@@ -66,11 +69,11 @@ def test_a_refusal_must_name_its_problem_exactly_and_change_no_row():
 
 
 def test_changed_rows_are_named_by_table_added_and_removed():
-    empty = {t: set() for t in commands.WRITTEN_BY_COMMANDS}
-    assert commands.changed(empty, empty) == {}
+    empty = {t: set() for t in table_rows.WRITTEN_BY_COMMANDS}
+    assert table_rows.changed(empty, empty) == {}
     after = {**empty, "schedule_commands": {'{"command_id": "c"}'}, "schedule_history": set()}
-    assert commands.changed(empty, after) == {"schedule_commands": {"added": [{"command_id": "c"}], "removed": []}}
-    assert commands.changed(after, empty) == {"schedule_commands": {"added": [], "removed": [{"command_id": "c"}]}}
+    assert table_rows.changed(empty, after) == {"schedule_commands": {"added": [{"command_id": "c"}], "removed": []}}
+    assert table_rows.changed(after, empty) == {"schedule_commands": {"added": [], "removed": [{"command_id": "c"}]}}
 
 
 def _generation(accepted, command_accepted, kind="create", **columns):

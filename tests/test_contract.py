@@ -7,9 +7,10 @@ import pytest
 
 from barriers import contract
 from barriers.contract import (ADAPTER, CHANGES, CLASSES, FINGERPRINTS, MAJOR, MINOR, PINNED, REFERENCE, SPEC,
-                               changed_note, current_fingerprints, registered_rules, render, version_key)
+                               changed_note, current_fingerprints, render, version_key)
 from reference.adapter import CONTRACT as REFERENCE_TARGETS
-from testhost.judge.checks import CheckResult
+from testhost.judge.registry import registered_rules
+from testhost.judge.rules import CheckResult
 from testhost.judge.contract_notes import DIFFERS, settle, targeted
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,9 @@ import pytest
 from barriers.protocol import COUNTS
 from scenarios.matrix import CasePlan
 from scenarios.model import ScenarioError, load_catalog, parse
-from testhost.judge.checks import COUNT_FACTS, CHECKS, counts_not_compared, process_counts, work_own_clock
+from testhost.judge.clock_samples import work_own_clock
+from testhost.judge.pass_windows import COUNT_FACTS, counts_not_compared, process_counts
+from testhost.judge.registry import CHECKS
 from testhost.judge.identity import expected_work
 from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
@@ -33,7 +35,7 @@ def _window(reported, seen, *, outcomes=("ok",), faults=(), before=ZERO):
 
 
 def test_every_count_of_the_registry_is_seen_as_a_fact_and_named_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     assert [c.name for c in COUNTS] == list(COUNT_FACTS)
     page = render()
     for count in COUNTS:

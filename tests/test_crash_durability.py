@@ -11,7 +11,7 @@ from scenarios.model import is_builtin, load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
 from testhost.runs.stages import census
-from testhost.judge.checks import CRASH_DURABILITY, crash_durability
+from testhost.judge.fault_checks import CRASH_DURABILITY, crash_durability
 from testhost.faults.catalog import DB_CRASH_SCENARIOS, FAULTS
 
 CASE = "at-single/schedule-decision-after-commit/db-crash/1"

@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 from mutants.catalog import DEFINITION_ROW
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.judge.checks import CHECKS, definition_revision
+from testhost.judge.registry import CHECKS
+from testhost.judge.observations import definition_revision
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 

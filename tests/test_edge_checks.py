@@ -12,7 +12,9 @@ from mutants.catalog import CUTOFF, HIGH_WATER, NEVER_REWRITES
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
 from testhost.case.barrier_facts import BarrierFacts
-from testhost.judge.checks import CHECKS, cursor_high_water, generations_unchanged, pass_decides_due
+from testhost.judge.registry import CHECKS
+from testhost.judge.observations import cursor_high_water, generations_unchanged, pass_decides_due
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 

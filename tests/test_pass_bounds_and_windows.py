@@ -12,7 +12,9 @@ import pytest
 from mutants.catalog import BY_NAME
 from scenarios.matrix import CasePlan
 from scenarios.model import load_catalog
-from testhost.judge.checks import CHECKS, empty_pass, pass_bounded, pass_leaves_no_lease
+from testhost.judge.pass_windows import empty_pass, pass_bounded, pass_leaves_no_lease
+from testhost.judge.registry import CHECKS
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 
 GO = Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh"
@@ -30,7 +32,7 @@ def _window(claimed, *, requests=({},), outcomes=("ok",), faults=(), clean=True,
 
 
 def test_the_new_checks_are_registered_with_their_spec_sentences_and_on_the_protocol_page():
-    from barriers.render import render
+    from testhost.runs.protocol_page import render
     page = render()
     for name in ("pass-bounded", "empty-pass-ok", "pass-leaves-no-lease", "anomaly-only-past-the-window",
                  "behind-cursor-no-op"):
@@ -145,7 +147,7 @@ class _Impl:
 
 
 def test_facts_that_changed_with_no_pass_asked_fail_and_a_pass_in_between_excuses_them():
-    from testhost.judge.checks import passive_processor
+    from testhost.judge.observations import passive_processor
     quiet = passive_processor([(0, _seen(1, 1, 1)), (1, _seen(1, 1, 1))], [_Impl()])
     assert quiet.ok and quiet.rows == 1
     on_its_own = passive_processor([(0, _seen(1, 1, 1)), (1, _seen(1, 2, 2))], [_Impl()])
@@ -290,7 +292,7 @@ def test_a_refused_work_transition_beside_a_held_pass_changes_nothing(world, tmp
 def test_requeue_kept_waits_for_a_clock_that_went_back_and_judges_it_again_once_it_is_ahead():
     from datetime import datetime, timedelta, timezone
 
-    from testhost.judge.checks import requeue_kept
+    from testhost.judge.observations import requeue_kept
     t = datetime(2031, 3, 3, tzinfo=timezone.utc)
 
     def seen(now_s, claimable_s):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from barriers.render import render
-from scenarios.matrix import CasePlan
+from testhost.runs.protocol_page import render
 from testhost.runs.options import Options, schema_version_plans, validate
-from testhost.judge.checks import CHECKS
+from testhost.judge.registry import CHECKS
+from scenarios.matrix import CasePlan
 from testhost.runs.schema_version import CASE_ID, judge, run_schema_version
 
 SENTENCE = "Runtime version 4 requires it before Schedule operations run."

@@ -17,8 +17,9 @@ from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
-from testhost.judge.checks import stall_took_over
+from testhost.judge.fault_checks import stall_took_over
 from testhost.faults.catalog import FAULTS, lock_holder
+from scenarios.matrix import CasePlan
 from testhost.case.runner import run_case
 
 ADAPTERS = Path(__file__).parent / "adapters"

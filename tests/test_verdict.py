@@ -11,7 +11,8 @@ from test_checks import S, good_state
 
 from barriers import CATALOG
 from scenarios.model import load_catalog, parse
-from testhost.judge.checks import CheckResult, normalize
+from testhost.judge.pictures import normalize
+from testhost.judge.rules import CheckResult
 from testhost.cli import main
 from scenarios.steps import STEPS
 from testhost.runs.lint import FAULT_STEPS, PROCESSOR_STEPS, lint, outcome

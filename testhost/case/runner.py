@@ -25,26 +25,32 @@ from scenarios.steps import BESIDE_AFTER_DECISION, during_step, pass_denial, pas
 
 from testhost.errors import FallbackFailed, TestHostError
 from testhost.faults.bridge_clock import BridgeClock
-from testhost.faults.cancel_pass import CancelPlan, keeps_committed
-from testhost.faults.catalog import FAULTS, Injection
+from testhost.faults.cancel_pass import CancelPlan
+from testhost.faults.catalog import DEADLINE_S, FAULTS, Injection
 from testhost.impl import skew
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation, ImplementationDied, Response
 from testhost.impl.instance_setup import instance_setup
 from testhost.judge import bridge_role
-from testhost.judge.checks import (cancel_retried, crash_durability, COUNT_FACTS, FATE_ABORTED, FATE_COMMITTED, FENCE_REASONS, PLANNED_FAULT_FIRED, CheckResult,
-                     acceptance_anchor,
-                     beside_barrier_reached, client_deadline, client_outcomes, coalesced_forward, counts_not_compared,
-                     cursor_high_water, definition_revision, generations_unchanged,
-                     fence_locked_beside, fence_seen, history_agreement, idle_cursor, late_writes, model_agreement,
-                     normalize, one_pending_coalesced_seen, outcome_honesty, pass_decides_due, process_counts,
-                     stall_took_over,
-                     universal, work_own_clock)
-from testhost.judge.checks import empty_pass, pass_bounded, pass_leaves_no_lease, passive_processor, requeue_kept
-from testhost.judge.commands import results as command_results
+from testhost.judge.cancelled_pass import keeps_committed
+from testhost.judge.clock_samples import acceptance_anchor, work_own_clock
+from testhost.judge.commands import client_outcomes, results as command_results
 from testhost.judge.contract_notes import settle, targeted as targeted_contract
+from testhost.judge.expectations import history_agreement, model_agreement
+from testhost.judge.fault_checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, cancel_retried,
+                                         client_deadline, crash_durability, late_writes, outcome_honesty,
+                                         stall_took_over)
 from testhost.judge.identity import expected_work, instant_text
-from testhost.judge.model import picture as model_picture
+from testhost.judge.invariants import universal
+from testhost.judge.model import generation_of, picture as model_picture
+from testhost.judge.observations import (FENCE_REASONS, beside_barrier_reached, coalesced_forward, cursor_high_water,
+                                         definition_revision, fence_locked_beside, fence_seen, generations_unchanged,
+                                         idle_cursor, one_pending_coalesced_seen, pass_decides_due, passive_processor,
+                                         requeue_kept)
+from testhost.judge.pass_windows import (COUNT_FACTS, counts_not_compared, empty_pass, pass_bounded,
+                                         pass_leaves_no_lease, process_counts)
+from testhost.judge.pictures import normalize
+from testhost.judge.rules import CheckResult
 from testhost.judge.state import read_state
 from testhost.judge.timelines import Timelines
 from testhost.judge.verdict import baseline as make_baseline, fault_free_judges
@@ -58,7 +64,6 @@ from .barrier_facts import BarrierFacts
 from .step_runs import RUNS
 
 SCOPE = "tenant-a"
-DEADLINE_S = 2.0
 MAX_DRAIN_PASSES = 20
 # How far the server's clock may be from the host's reading of it when the host decides that the history
 # partition of the month the clock stands in already exists.
@@ -986,8 +991,6 @@ class CaseRun:
 
     def instant_identities(self) -> dict[tuple[str, str], str]:
         """Per (schedule name, nominal instant) covered by a linked occurrence: the Work ID it was accepted under."""
-        from testhost.judge.checks import model_timing
-
         with self.owner() as conn:
             state = read_state(conn)
         names = {str(schedule_id): name for name, schedule_id in self.schedule_ids.items()}
@@ -995,7 +998,7 @@ class CaseRun:
         for o in state.occurrences:
             if o["work_id"] is None:
                 continue
-            generation = model_timing(state.generation(o["schedule_id"], o["generation"]))
+            generation = generation_of(state.generation(o["schedule_id"], o["generation"]))
             for instant in generation.instants_between(o["first_nominal_utc"] - timedelta(microseconds=1),
                                                        o["last_nominal_utc"]):
                 found[(names.get(str(o["schedule_id"]), str(o["schedule_id"])), instant_text(instant))] = \

@@ -17,6 +17,7 @@ from scenarios.steps import COMMAND_NAMESPACE, STEPS, StepKind, spec_to_wire
 
 from testhost.judge import commands
 from testhost.judge.step_replays import REPLAYS
+from testhost.world import table_rows
 
 
 class StepRun:
@@ -74,7 +75,7 @@ class ClientRun(StepRun):
         refusal = step.expected_outcome == "fail"
         if refusal:
             with case.owner() as conn:
-                before = commands.rows(conn)
+                before = table_rows.rows(conn)
         seen = self.before(case, step)
         started = case.world.clock.now()
         response = case.client_op(self.operation, self.request(case, step))
@@ -82,7 +83,7 @@ class ClientRun(StepRun):
         changed = {}
         if refusal and response.outcome == "fail":
             with case.owner() as conn:
-                changed = commands.changed(before, commands.rows(conn))
+                changed = table_rows.changed(before, table_rows.rows(conn))
         case.client_outcomes.append((step, response, changed))
         if response.outcome == "ok":
             self.observe(case, step, self.model(case, step), seen, (started, case.world.clock.now()))

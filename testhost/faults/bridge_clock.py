@@ -18,15 +18,14 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 import psycopg
 
 from barriers.schema import OWNER
 
-if TYPE_CHECKING:
-    from testhost.impl.implementation import Implementation
-    from testhost.case.runner import CaseRun
+from testhost.impl.implementation import Implementation
+
+from .run import FaultedRun
 
 # How long the host holds the row for a bridge to come; a decision that bridges nothing leaves the hold to run out.
 WAIT_S = 10.0
@@ -39,7 +38,7 @@ BRIDGE_BARRIERS = ("schedule-work-after-acceptance", "schedule-bridge-before-com
 class BridgeClock:
     """One scenario's planned move: offered at each committed decision until a bridge waited and the clock moved."""
 
-    def __init__(self, run: "CaseRun", shift_s: float):
+    def __init__(self, run: FaultedRun, shift_s: float):
         self.run = run
         self.shift = timedelta(seconds=shift_s)
         # {"schedule_id", "held_from", "moved_at", "shift_s", "waited"}: what the check needs; "waited" is what the
@@ -56,20 +55,20 @@ class BridgeClock:
         """Whether the planned move is done: the clock moved while something other than a redone decision waited."""
         return any(m["waited"] != "a redone decision" for m in self.moves)
 
-    def at_barrier(self, impl: "Implementation", name: str, context: dict, faulted: bool) -> None:
+    def at_barrier(self, impl: Implementation, name: str, context: dict, faulted: bool) -> None:
         """Every barrier: what it tells of a hold in force or a move made; at a committed decision that is not the
         faulted one (its fault is not injected yet), the hold."""
         self._observe(impl, name, context)
         if name == DECISION and not faulted:
             self._offer(impl, context, None)
 
-    def after_fault(self, impl: "Implementation", name: str, context: dict, fault: str) -> None:
+    def after_fault(self, impl: Implementation, name: str, context: dict, fault: str) -> None:
         """At the faulted decision, once the fault was injected: the hold, if the process lives on (a killed one
         leaves its bridge to a fresh copy, whose own decision is held)."""
         if name == DECISION and impl.alive and not getattr(impl, "killed_by_host", False):
             self._offer(impl, context, fault)
 
-    def _observe(self, impl: "Implementation", name: str, context: dict) -> None:
+    def _observe(self, impl: Implementation, name: str, context: dict) -> None:
         schedule_id = context.get("schedule_id")
         with self._lock:
             hold = self._hold
@@ -80,7 +79,7 @@ class BridgeClock:
                         and move["schedule_id"] in (None, schedule_id):
                     move["waited"] = "a redone decision" if name == REDONE else "the bridge"
 
-    def _offer(self, impl: "Implementation", context: dict, fault: str | None) -> None:
+    def _offer(self, impl: Implementation, context: dict, fault: str | None) -> None:
         if self.moved:
             return
         if self.busy:
@@ -123,7 +122,7 @@ class BridgeClock:
         if self._thread is not None:
             self._thread.join()
 
-    def _wait_and_move(self, impl: "Implementation", conn: psycopg.Connection, hold: dict,
+    def _wait_and_move(self, impl: Implementation, conn: psycopg.Connection, hold: dict,
                        held_from: datetime) -> None:
         """Wait for a transaction to queue behind the hold while the implementation's request runs; then move."""
         try:
@@ -136,7 +135,7 @@ class BridgeClock:
                 self._hold = None
             conn.close()  # ends the holding transaction: the waiting transaction goes on
 
-    def _wait_and_move_on(self, impl: "Implementation", conn: psycopg.Connection, hold: dict,
+    def _wait_and_move_on(self, impl: Implementation, conn: psycopg.Connection, hold: dict,
                           held_from: datetime) -> None:
         """Poll the server for a transaction blocked by the hold; move the clock under it, or give up."""
         holder = conn.info.backend_pid

@@ -6,8 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
-
+from typing import Any, Protocol
 
 import psycopg
 
@@ -15,15 +14,11 @@ from barriers import Barrier
 from barriers.catalog import PROCESSOR_TRANSACTIONS
 from barriers.schema import OWNER
 
-# checks before commands: checks.py imports commands at its end, so the rules register in one order whichever of
-# the two is imported first (PROTOCOL.md lists them in that order).
-from testhost.judge import checks as _checks
-from testhost.judge import commands  # noqa: F401
+from testhost.impl.implementation import Implementation
+from testhost.world import table_rows
 from testhost.world.worlds import DB_CRASH, NETWORK
 
-if TYPE_CHECKING:
-    from testhost.impl.implementation import Implementation
-    from testhost.case.runner import CaseRun
+from .run import FaultedRun
 
 # Built-in scenarios that between them meet every transaction kind in every situation the catalog builds: where a
 # fault adds the same thing whatever the scenario (a crash, a pause inside a transaction, a kill or a cut after a
@@ -53,11 +48,11 @@ class Fault(Protocol):
     def applies(self, barrier: Barrier) -> str | None:
         """None if the fault can be injected at this barrier, else why not."""
 
-    def inject(self, run: "CaseRun", impl: "Implementation", barrier: Barrier, injection: Injection) -> None:
+    def inject(self, run: FaultedRun, impl: Implementation, barrier: Barrier, injection: Injection) -> None:
         ...
 
 
-def open_write_xid(run: "CaseRun", barrier: Barrier, injection: Injection) -> int | None:
+def open_write_xid(run: FaultedRun, barrier: Barrier, injection: Injection) -> int | None:
     return open_write_backend(run, barrier, injection.context)[0]
 
 
@@ -77,14 +72,14 @@ LOCK_HOLDER = (
     "and r.relation = 'appsurface_durable.schedule_dispatch'::regclass)")
 
 
-def lock_holder(run: "CaseRun", schedule_id: str) -> tuple[int | None, int | None]:
+def lock_holder(run: FaultedRun, schedule_id: str) -> tuple[int | None, int | None]:
     """(top-level xid, server pid) of the live transaction holding the schedule's dispatch row, or (None, None)."""
     with run.store.admin() as conn:
         rows = conn.execute(LOCK_HOLDER, (schedule_id,)).fetchall()
     return (rows[0][0], rows[0][1]) if len(rows) == 1 else (None, None)
 
 
-def open_write_backend(run: "CaseRun", barrier: Barrier, context: dict | None = None) -> tuple[int | None, int | None]:
+def open_write_backend(run: FaultedRun, barrier: Barrier, context: dict | None = None) -> tuple[int | None, int | None]:
     """The xid of the implementation's open write transaction at a before-commit barrier and the server pid of its
     connection.
 
@@ -165,6 +160,9 @@ class Disconnect:
 # they reach every before-commit barrier. Each held case costs the implementation's whole deadline, so the matrix
 # holds these first hits only; a missing deadline shows there already.
 DEADLINE_COVER = "client-deadline"
+# The client deadline every case gives the implementation (CRASHPROOF_DEADLINE_S): set here, below the case that
+# passes it on, since a lost COMMIT reply is held for it plus DEADLINE_MARGIN_S.
+DEADLINE_S = 2.0
 # How long past CRASHPROOF_DEADLINE_S a lost COMMIT reply is held before the implementation counts as having no
 # deadline. Generous on purpose: a deadline timer fires late on a loaded 2-core machine running three cases side by
 # side (scheduling delays of a second were seen there), and a margin that flakes would fail correct implementations;
@@ -224,8 +222,6 @@ class LostCommitReply:
     def _hold_until_abandoned(self, run, conn, injection: Injection, backend: int, held_from: float) -> None:
         """Keep the reply lost until the server sees the implementation close the connection (its deadline fired),
         or until the deadline plus the margin passed: then the implementation is recorded as having none."""
-        from testhost.case.runner import DEADLINE_S
-
         limit = held_from + DEADLINE_S + self.deadline_margin_s
         injection.details["deadline_s"], injection.details["deadline_margin_s"] = DEADLINE_S, self.deadline_margin_s
         while time.monotonic() < limit:
@@ -272,12 +268,13 @@ class DbCrash:
         run.world.cluster.restart()
         injection.details["crash_durability"] = (
             {"not_compared": "another processor was running beside the crashed one"} if before is None
-            else {"rows": sum(len(r) for r in before.values()), "changed": commands.changed(before, _protocol_rows(run))})
+            else {"rows": sum(len(r) for r in before.values()),
+                  "changed": table_rows.changed(before, _protocol_rows(run))})
 
 
-def _protocol_rows(run) -> dict[str, set[str]]:
+def _protocol_rows(run: FaultedRun) -> dict[str, set[str]]:
     with run.owner() as conn:
-        return commands.rows(conn)
+        return table_rows.rows(conn)
 
 
 class Pause:
@@ -338,7 +335,7 @@ class Pause:
             impl.resume()
 
 
-def take_late_probe(run: "CaseRun", impl: "Implementation", barrier: Barrier, injection: Injection) -> None:
+def take_late_probe(run: FaultedRun, impl: Implementation, barrier: Barrier, injection: Injection) -> None:
     """Snapshot the faulted processor's schedule for `late-writes-fenced`. A processor racing beside it may write
     for that schedule legitimately (it may have claimed it once the lease expired), so its pass ends first: after
     the snapshot only the faulted processor still runs."""
@@ -408,7 +405,7 @@ class Stall:
         finally:
             impl.resume()
 
-    def _end_session(self, run: "CaseRun", backend: int) -> bool:
+    def _end_session(self, run: FaultedRun, backend: int) -> bool:
         """pg_terminate_backend, then wait until the backend is gone and its locks with it (polled: the function's own
         wait sleeps in steps of 100 ms)."""
         with run.store.admin() as conn:
@@ -423,7 +420,7 @@ class Stall:
         return False
 
     @staticmethod
-    def _lease_generation(run: "CaseRun", schedule_id: str) -> int | None:
+    def _lease_generation(run: FaultedRun, schedule_id: str) -> int | None:
         """The committed lease generation of the schedule's dispatch row (a plain read is not blocked by its lock)."""
         rows = run.dispatch_rows(schedule_id)
         return rows[0]["lease_generation"] if rows else None

@@ -12,7 +12,10 @@ from psycopg import sql
 
 from barriers.schema import REVOCABLE, RUNTIME
 
-from .checks import CheckResult, rule_of
+from .rules import CheckResult, Rules
+
+RULES = Rules()
+rule_of = RULES.declare
 
 # A login that holds the runtime role's privileges (INHERIT) without being it: current_user is never the runtime
 # role in its sessions, so only a bridge that proves current_user refuses it. Cluster-wide, made once per world.

@@ -1,20 +1,18 @@
-"""The checks on client commands: a refusal changes no row, one acceptance time on command and generation, the
-definition persisted as sent, and what an accepted release rebinds. Observed by the scenario steps as they run."""
+"""The checks on client commands: each step answered as the scenario expects and a refusal changed no row, one
+acceptance time on command and generation, the definition persisted as sent, and what an accepted release rebinds.
+Observed by the scenario steps as they run (the rows a command may write: testhost/world/table_rows.py)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from .checks import CheckResult, rule_of
+from barriers.protocol import problem_name
 
-# Every table a client command may write, read whole before and after a step the scenario expects refused.
-WRITTEN_BY_COMMANDS = ("schedule_commands", "schedule_definitions", "schedule_generations", "schedule_occurrences",
-                       "schedule_history", "schedule_dispatch", "schedule_dispatch_timing", "work_items")
-ROWS_SQL = "select json_build_object(" + ", ".join(
-    f"'{t}', (select coalesce(json_agg(r order by r::text), '[]') from appsurface_durable.{t} r)"
-    for t in WRITTEN_BY_COMMANDS) + ") as rows"
+from .rules import CheckResult, Rules
+
+RULES = Rules()
+rule_of = RULES.declare
 
 # The host's reading of the server clock (its offset) and the server's own can differ by its settling.
 CLOCK_SLACK = timedelta(seconds=2)
@@ -37,23 +35,6 @@ REBINDS = rule_of(
     "(After an `ok` release-after-recovery the definition is active, carries the store's current runtime epoch "
     "and the scope's current generation, both rebound when both had advanced, and its cursor stands where it "
     "stood before the release.)")
-
-
-def rows(conn) -> dict[str, set[str]]:
-    """Every row of the tables a command may write, each as canonical JSON text, in one statement."""
-    found = conn.execute(ROWS_SQL).fetchone()["rows"]
-    return {table: {json.dumps(row, sort_keys=True) for row in found[table]} for table in WRITTEN_BY_COMMANDS}
-
-
-def changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, dict[str, list]]:
-    """Per table, the rows a step added and the rows it removed (an update is one of each); empty: nothing."""
-    out = {}
-    for table in WRITTEN_BY_COMMANDS:
-        added, removed = after[table] - before[table], before[table] - after[table]
-        if added or removed:
-            out[table] = {"added": [json.loads(r) for r in sorted(added)],
-                          "removed": [json.loads(r) for r in sorted(removed)]}
-    return out
 
 
 GENERATION_SQL = (
@@ -133,3 +114,35 @@ def results(facts: dict[str, list]) -> list[CheckResult]:
             evidence = [e for found in seen for e in found]
             out.append(CheckResult(name, rule, not evidence, evidence, len(seen)))
     return out
+
+
+CLIENT_RULE = rule_of("client-outcomes", "Schedule API validation and domain conflicts return durable problem "
+                      "results. (A client step the scenario expects refused answers `fail` with a problem whose "
+                      "type ends, as its last segment, in the expected name of PROTOCOL.md's problem types, and "
+                      "changes no row of the tables a command writes, schedule_commands included; any other client "
+                      "step answers `ok`.)")
+rule_of("step-outcomes", "the spec sentence the scenario step cites (a step that expects an answer: a refused lease, "
+        "a refused release): the answer the step expects, and a refusal changes nothing")
+
+
+def client_outcomes(outcomes: list) -> list[CheckResult]:
+    """Every step with an expected answer answered as the scenario says: ok, or refused with the expected
+    problem type, changing no row where the step says a refusal must change nothing. Steps that cite a spec
+    rule are judged under it; the rest under the problem-result rule."""
+    groups: dict[str, tuple[list, int]] = {}
+    for step, response, changed in outcomes:
+        rule = step.args.get("rule", CLIENT_RULE)
+        evidence, rows = groups.get(rule, ([], 0))
+        wanted = step.expected_outcome
+        if wanted == "any" and not changed:
+            continue  # either answer is lawful; the model took the step only if it was applied
+        problem_type = (response.problem or {}).get("type", "")
+        if response.outcome != wanted or ("problem" in step.args and problem_name(problem_type) != step.args["problem"]):
+            evidence.append({"step": step.index + 1, "op": step.op, "expected": wanted,
+                             "expected_problem": step.args.get("problem"), "outcome": response.outcome,
+                             "problem": response.problem, "error": response.error})
+        if changed:
+            evidence.append({"step": step.index + 1, "op": step.op, "refused_but_changed": changed})
+        groups[rule] = (evidence, rows + 1)
+    return [CheckResult("client-outcomes" if rule == CLIENT_RULE else "step-outcomes", rule, not evidence, evidence,
+                        rows) for rule, (evidence, rows) in groups.items()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from barriers.contract import CLASSES, REFERENCE, changed_note
 
-from .checks import CheckResult
+from .rules import CheckResult
 
 DIFFERS = ("differs from the reference: this rule is the reference's choice (`{name}`, class reference-choice in "
            "PROTOCOL.md), not the contract's, so the difference never fails a run")

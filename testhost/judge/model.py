@@ -61,6 +61,14 @@ class Generation:
         return {"every": self.anchor, "at": self.at, "after": self.accepted_at}[self.kind]
 
 
+def generation_of(row: dict) -> Generation:
+    """A schedule_generations row as the model's time rule (no implementation code)."""
+    return Generation(row["generation"], row["schedule_kind"], row["accepted_at_utc"], at=row["at_utc"],
+                      after=timedelta(microseconds=row["after_us"]) if row["after_us"] is not None else None,
+                      every=timedelta(microseconds=row["every_us"]) if row["every_us"] is not None else None,
+                      anchor=row["anchor_utc"])
+
+
 @dataclass
 class Occurrence:
     generation: int
@@ -287,7 +295,7 @@ def cursor_instant(generation: Generation, cursor: datetime) -> int | None:
 
 
 def picture(model: Model) -> dict:
-    """The model's final state in the shape testhost.judge.checks.normalize gives the database's."""
+    """The model's final state in the shape testhost.judge.pictures.normalize gives the database's."""
     out = {}
     for name, s in sorted(model.schedules.items()):
         occs = []

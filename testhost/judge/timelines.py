@@ -9,7 +9,7 @@ import copy
 from datetime import datetime
 from itertools import combinations
 
-from .checks import comparable
+from .pictures import comparable
 from .model import Model, picture
 
 # Beyond this many schedules claimed by the interrupted pass, only the tails of its claim order are branched (a

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import EQUIVALENCE, SCENARIO, CheckResult, equivalence, expectations, picture_differences, vacuity
+from .expectations import EQUIVALENCE, SCENARIO, equivalence, expectations
+from .invariants import vacuity
+from .pictures import picture_differences
+from .rules import CheckResult
 
 # Why a check was not applied, as report.json's `skipped` says it.
 NO_BASELINE = "not compared: the scenario's fault-free run left no baseline (it did not finish)"

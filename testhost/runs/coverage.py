@@ -169,7 +169,7 @@ def known_names() -> dict[str, set[str]]:
     from scenarios.model import load_catalog
     from variants.catalog import VARIANTS
 
-    from testhost.judge.checks import CHECKS
+    from testhost.judge.registry import CHECKS
     go = {f"examples/go/mutants/{p.name}" for p in GO_MUTANTS.glob("*.patch")}
     migrations = {f"reference/migrations/{p.name}" for p in MIGRATIONS.glob("*.sql")}
     from .schema_version import CASE_ID as SCHEMA_VERSION

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from barriers.protocol import BY_PROBLEM, problem_name
 
-from testhost.judge.checks import HOSTILE_CLAIM as CLAIM_RULE, HOSTILE_CLIENT as CLIENT_RULE, CheckResult
+from testhost.judge.rules import CheckResult
+from testhost.judge.stage_rules import HOSTILE_CLAIM as CLAIM_RULE, HOSTILE_CLIENT as CLIENT_RULE
 
 # Every table of the schema, each row as its text, ordered by that text: two snapshots compare byte for byte.
 TABLES_SQL = ("select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "

@@ -12,7 +12,7 @@ from barriers.catalog import PROCESSOR_TRANSACTIONS
 from scenarios.model import Scenario, Step, T0
 from scenarios.steps import STEPS
 
-from testhost.judge.checks import comparable
+from testhost.judge.pictures import comparable
 from testhost.judge.model import picture
 from testhost.judge.replay import Replay
 from testhost.judge.timelines import left_undecided

@@ -25,7 +25,7 @@ from barriers.schema import (COLUMN_GRANTS, DISPATCHER, FUNCTION_GRANTS, OWNER, 
                              QUEUE_POLICIES, READ_COLUMNS, RUNTIME, SCHEMA_GRANTS, SCHEMA_RULE, SCOPE_POLICIES, SCOPED,
                              TABLE_GRANTS)
 
-from testhost.judge.checks import CheckResult
+from testhost.judge.rules import CheckResult
 from testhost.judge.contract_notes import settle
 from testhost.world.store import MigrationFailed, Store, new_store, schema_migrations
 from testhost.world.worlds import CLOCK, World

@@ -15,7 +15,8 @@ from barriers.schema import DISPATCHER, RUNTIME
 
 from testhost.impl.adapter_env import adapter_environment
 from testhost.impl.implementation import AdapterProtocolError, Implementation
-from testhost.judge.checks import SCHEMA_VERSION_REFUSED, CheckResult
+from testhost.judge.rules import CheckResult
+from testhost.judge.stage_rules import SCHEMA_VERSION_REFUSED
 from testhost.world.store import Store, new_store
 
 CASE_ID = "schema-version"
