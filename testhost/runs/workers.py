@@ -1,5 +1,6 @@
 """The worker processes of a run: each starts one world, runs the cases and stages it is handed, and tears its world
-down on a stop signal. What runs here is called in a worker (pickled by name), never in the controller."""
+down on a stop signal. The controller hands these functions over by name (case_worker picks one for it); they run in
+the worker, on its world."""
 
 from __future__ import annotations
 
