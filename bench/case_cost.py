@@ -81,8 +81,9 @@ class Phases:
 
     def wrap(self, owner, attr: str, label: str | None = None) -> None:
         original = getattr(owner, attr, None)
-        if original is None:
-            return  # the runner no longer has this phase under that name
+        if original is None:  # a phase renamed or gone: say so, or its time would silently go uncounted
+            raise SystemExit(f"bench.case_cost: {getattr(owner, '__name__', owner)} has no {attr} any more; "
+                             "update the phases bench/case_cost.py times")
         label = label or attr
 
         @functools.wraps(original)
@@ -144,7 +145,6 @@ def instrument() -> Phases:
     phases.wrap(CaseRun, "observe_coalesced", "observe_coalesced")
     phases.wrap(CaseRun, "schedule_rows", "schedule_rows")
     phases.wrap(CaseRun, "ensure_partitions", "ensure_partitions")
-    phases.wrap(CaseRun, "_model_client_step", "model client step (reads generation)")
     phases.wrap(CaseRun, "teardown", "teardown (stop implementations, give back)")
     phases.wrap(runner, "read_state", "read_state")
     phases.wrap(runner.Implementation, "request", "implementation requests")
