@@ -266,6 +266,7 @@ def fence_locked_beside(observations: list[tuple[int, dict]], outcomes: list[dic
     if not steps:
         return None
     evidence, rows = _acted_past_fences([(a, b) for a, b in _consecutive(observations) if b[0] in steps])
+    return CheckResult("fence-locked-beside-decision", LOCKED_FENCE, not evidence, evidence, rows)
 
 
 PASSIVE = rule_of(
