@@ -59,7 +59,7 @@ _IN_ROUTING = "scope_routing_id = appsurface_durable.current_scope_routing_id()"
 SCOPE_POLICIES = [("*", True, (RUNTIME,), _IN_SCOPE, _IN_SCOPE)]
 QUEUE_POLICIES = [("*", True, (RUNTIME,), _IN_ROUTING, _IN_ROUTING), ("r", True, (DISPATCHER,), "true", None)]
 
-# The tables and columns the verifier reads (testhost/judge/state.py, checks.py, runner.py), by type family.
+# The tables and columns the verifier reads (testhost/judge/state.py, the judge's checks, testhost/case/reads.py), by type family.
 READ_COLUMNS: dict[str, dict[str, str]] = {
     "schedule_definitions": {"scope_id": "text", "schedule_id": "uuid", "lifecycle_state": "text",
                              "suspension_reason": "text", "revision": "integer", "active_generation": "integer",

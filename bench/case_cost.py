@@ -23,8 +23,11 @@ from scenarios.matrix import CasePlan, expand
 from scenarios.model import load_catalog
 from testhost.impl import forkserver
 from testhost.case import runner
+from testhost.judge import case_judge, verdict
 from testhost.world import store
 from testhost.faults.catalog import FAULTS
+from testhost.case.reads import StoreReads
+from testhost.case.recovery import Recovery
 from testhost.case.runner import REFERENCE_COMMAND, CaseRun, run_case
 from testhost.world.worlds import World
 
@@ -138,19 +141,21 @@ def instrument() -> Phases:
     phases.wrap(CaseRun, "execute", "case (execute)")
     phases.wrap(CaseRun, "start_implementation", "implementation start to hello")
     phases.wrap(CaseRun, "step", "steps")
-    phases.wrap(CaseRun, "recover", "recovery")
-    phases.wrap(CaseRun, "settle", "settle")
+    phases.wrap(Recovery, "run", "recovery")
+    phases.wrap(Recovery, "settle", "settle")
     phases.wrap(CaseRun, "drain", "drain (in steps, recovery, settle, final)")
-    phases.wrap(CaseRun, "anything_due", "anything_due")
-    phases.wrap(CaseRun, "observe_coalesced", "observe_coalesced")
-    phases.wrap(CaseRun, "schedule_rows", "schedule_rows")
+    phases.wrap(StoreReads, "anything_due", "anything_due")
+    phases.wrap(StoreReads, "observe", "observe (the store after each step)")
+    phases.wrap(StoreReads, "schedule_rows", "schedule_rows")
     phases.wrap(CaseRun, "ensure_partitions", "ensure_partitions")
     phases.wrap(CaseRun, "teardown", "teardown (stop implementations, give back)")
     phases.wrap(runner, "read_state", "read_state")
     phases.wrap(runner.Implementation, "request", "implementation requests")
     phases.wrap(runner.Implementation, "stop", "implementation stop")
-    for name in ("universal", "model_agreement", "history_agreement", "equivalence", "normalize"):
-        phases.wrap(runner, name, f"check {name}")
+    phases.wrap(runner, "judge", "judge (every case check)")
+    for name in ("universal", "model_agreement", "history_agreement", "normalize"):
+        phases.wrap(case_judge, name, f"check {name}")
+    phases.wrap(verdict, "equivalence", "check equivalence")
     for fault in FAULTS.values():
         phases.wrap(type(fault), "inject", f"inject {fault.name}")
     return phases

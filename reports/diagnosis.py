@@ -1,6 +1,6 @@
 """The diagnosis of a failed run: its failing cases grouped by their first failing check, each group with its likely
 cause and what to read, from a registry of diagnoses over one case's facts as report.json records them (`facts`,
-testhost/case/case_facts.py; checks and their evidence). The CLI's end of a run, report.md and the top of report.html
+testhost/case/diagnosis_facts.py; checks and their evidence). The CLI's end of a run, report.md and the top of report.html
 show it. A diagnosis explains; it never changes a verdict.
 
 Each diagnosis is proved by a variant of the reference that plants its cause (tests/diagnosis_plants.py), run on a

@@ -198,7 +198,7 @@ def test_a_second_runtime_transaction_open_at_the_decision_barrier_fails_the_rol
     read, opened = facts_module.BarrierFacts._read, []
 
     def beside(self, run, schedule_id, sessions, where):
-        if sessions and not opened and run.hits.get("schedule-decision-before-commit"):
+        if sessions and not opened and run.facts.hits.get("schedule-decision-before-commit"):
             conn = psycopg.connect(run.store.runtime_dsn)
             conn.execute("select txid_current()")  # an xid, as any write would take
             opened.append(conn)

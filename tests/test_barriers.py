@@ -67,7 +67,7 @@ def test_every_check_the_harness_runs_is_on_the_protocol_page_with_its_rule():
     for source in [f"testhost/judge/{module}.py" for module in (
             "invariants", "ranges", "fault_checks", "expectations", "commands", "observations", "pass_windows",
             "clock_samples", "stage_rules", "barrier_checks", "cancelled_pass", "bridge_role")] + [
-            "testhost/case/runner.py"]:
+            "testhost/judge/case_judge.py"]:
         text = (root / source).read_text()
         used |= set(re.findall(r'(?:CheckResult\(|invariant\(|rule_of\(\s*)"([a-z][a-z0-9-]+)"', text))
     assert len(used) >= 30 and used <= set(CHECKS), used - set(CHECKS)

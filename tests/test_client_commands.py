@@ -244,10 +244,10 @@ def test_an_ok_create_that_wrote_no_generation_is_a_finding_of_the_acceptance_ch
     from types import SimpleNamespace
 
     from testhost.case.step_runs import RUNS
-    case = SimpleNamespace(command_facts={})
+    case = SimpleNamespace(facts=SimpleNamespace(command_facts={}))
     step = Step("create", {"schedule": "s", "spec": {"kind": "at", "at": "+60s", "target": {"command": "c"}}}, 0)
     RUNS["create"].observe(case, step, None, None, (T, T))
-    [result] = commands.results(case.command_facts)
+    [result] = commands.results(case.facts.command_facts)
     assert result.name == "command-accepted-at" and not result.ok
     assert result.evidence == [{"step": 1, "op": "create", "wrong": ["answered ok, but no generation"]}]
 

@@ -5,7 +5,7 @@ import time
 
 import psycopg
 
-from testhost.case.runner import await_commits_in_flight
+from testhost.case.recovery import await_commits_in_flight
 from testhost.world.sessions import KeptSession
 from barriers.schema import RUNTIME
 

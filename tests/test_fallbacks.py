@@ -82,7 +82,7 @@ def test_a_fallback_that_cannot_reach_the_server_is_a_harness_error_not_the_impl
         fresh_world.cluster.stop()
         with pytest.raises(FallbackFailed, match=r"harness fallback \(reference client\) could not run delete "
                                                  r"after 5 attempts: .*not its failure"):
-            run.client_op("delete", {"schedule_id": str(scenario.schedule_id("launch")), "expected_revision": 1})
-        assert [e for e in run.timeline if e["event"] == "fallback-retry"], "the fallback retried first"
+            run.client.op("delete", {"schedule_id": str(scenario.schedule_id("launch")), "expected_revision": 1})
+        assert [e for e in run.facts.timeline if e["event"] == "fallback-retry"], "the fallback retried first"
     finally:
         run.teardown()

@@ -244,7 +244,7 @@ class _RaisingFallback(HostileRun):
 
         def raising(op, args, command_id):
             raise KeyError("planted")
-        self.case.fallback_call = raising
+        self.case.client.call = raising
 
 
 def test_a_fallback_that_raises_is_a_finding_not_a_harness_error(world, tmp_path):

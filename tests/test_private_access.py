@@ -21,8 +21,6 @@ NO_PUBLIC_WAY = {
     # pytest's cache of ini values: setting cache_dir from a plugin (tests/test_pytest_plugin.py guards it).
     ("testhost/pytest_plugin.py", "_inicache"),
 }
-# scenarios/steps.py's reaches into CaseRun are being made public where that code moves (issue 33).
-STEPS, RUNNER = "scenarios/steps.py", "testhost/case/runner.py"
 
 
 def private(name: str) -> bool:
@@ -51,12 +49,6 @@ def own_attributes(tree: ast.Module) -> set[str]:
     return {name for name in own if private(name)}
 
 
-def class_members(path: Path, name: str) -> set[str]:
-    tree = ast.parse(path.read_text())
-    body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name)
-    return own_attributes(ast.Module(body=[body], type_ignores=[]))
-
-
 def module_names(tree: ast.Module) -> set[str]:
     """The names this module binds to imported modules (`import x`, `import x as y`, `from pkg import module`)."""
     names = set()
@@ -73,8 +65,6 @@ def reaches(text: str, rel: str) -> list[str]:
     tree = ast.parse(text, filename=rel)
     own, modules = own_attributes(tree), module_names(tree)
     allowed = {name for where, name in NO_PUBLIC_WAY if where == rel}
-    if rel == STEPS:
-        allowed |= class_members(ROOT / RUNNER, "CaseRun")
     found = []
     for node in ast.walk(tree):
         where = f"{rel}:{getattr(node, 'lineno', 0)}"

@@ -286,7 +286,8 @@ def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_
     import psycopg
 
     from testhost.errors import FallbackFailed
-    from testhost.case.runner import CaseRun, _cancelled_when_blocked
+    from testhost.case.beside import cancelled_when_blocked
+    from testhost.case.runner import CaseRun
     from testhost.world.store import new_store
 
     scenario = CATALOG["fence-beside-decision"]
@@ -296,13 +297,13 @@ def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_
     try:
         holder.execute("select * from appsurface_durable.store_runtime for update")  # held, like a decision's lock
         started = time.monotonic()
-        assert case.owner_beside("select appsurface_durable.advance_runtime_epoch()") is False
+        assert case.beside.owner("select appsurface_durable.advance_runtime_epoch()") is False
         assert time.monotonic() - started < 2  # told by the lock, not by a timeout
         holder.rollback()
-        assert case.owner_beside("select appsurface_durable.advance_runtime_epoch()") is True
+        assert case.beside.owner("select appsurface_durable.advance_runtime_epoch()") is True
         with psycopg.connect(case.store.owner_dsn, autocommit=True) as conn:
             started = time.monotonic()
-            with _cancelled_when_blocked(conn, case.store.dsn("postgres"), limit_s=0.3) as waited:
+            with cancelled_when_blocked(conn, case.store.dsn("postgres"), limit_s=0.3) as waited:
                 with pytest.raises(psycopg.errors.QueryCanceled):
                     conn.execute("select pg_sleep(30)")  # no lock, but it never ends: the limit cancels it
             assert waited() and 0.3 <= time.monotonic() - started < 3
@@ -311,11 +312,11 @@ def test_a_step_beside_a_barrier_that_waits_for_a_lock_is_cancelled_by_the_host_
             conn.execute("revoke update on appsurface_durable.schedule_definitions from appsurface_durable_runtime")
         spec = {"kind": "at", "at": "2031-03-03T00:01:00+00:00", "target": {"command": "x"}}
         with pytest.raises(FallbackFailed, match="update beside the held barrier: AccessDenied"):
-            case.fallback_beside("update", {"schedule_id": str(scenario.schedule_id("ledger")), "spec": spec,
+            case.beside.fallback("update", {"schedule_id": str(scenario.schedule_id("ledger")), "spec": spec,
                                             "expected_revision": 1})
     finally:
         holder.close()
-        case.close_fallbacks()
+        case.client.close()
         case.store.drop()
 
 

@@ -93,7 +93,7 @@ class BarrierFacts(BarrierJudgement):
         except psycopg.Error as exc:  # a barrier after a crash may meet a server still starting: not judged
             self.unread.append(f"{name}: {type(exc).__name__}")
             return
-        beside = run.beside
+        beside = run.beside.current
         read = {"barrier": name, "facts": facts, "quiet": quiet, "asked": run.asking.get(impl.label),
                 "beside": (id(beside), beside and beside["outcome"])}
         self._states(name, schedule_id, facts)

@@ -1,7 +1,7 @@
 """Each step kind as the TestHost runs it through a case, keyed like the step registry (scenarios/steps.py).
 
-A run acts through the case it is given (testhost/case/runner.py's CaseRun: the clock, the implementation, the
-fallbacks, the model of Gate A). An accepted client command enters the case's model by its kind's `apply`
+A run acts through the case it is given (testhost/case/runner.py's CaseRun and its parts: the clock, the
+implementation, passes, reads, the host's client and its fallbacks, the model of Gate A). An accepted client command enters the case's model by its kind's `apply`
 (testhost/judge/step_replays.py), the same the replays use.
 """
 
@@ -63,7 +63,7 @@ class ClientRun(StepRun):
         if "spec" in step.args:
             request["spec"] = spec_to_wire(step.args["spec"])
         if self.operation != "create":
-            revision = case.revision_of(step.args["schedule"])
+            revision = case.reads.revision_of(step.args["schedule"])
             request["expected_revision"] = revision - 1 if step.args.get("stale_revision") else revision
         if "command" in step.args:
             request["command_id"] = str(uuid.uuid5(COMMAND_NAMESPACE, step.args["command"]))
@@ -78,13 +78,13 @@ class ClientRun(StepRun):
                 before = table_rows.rows(conn)
         seen = self.before(case, step)
         started = case.world.clock.now()
-        response = case.client_op(self.operation, self.request(case, step))
-        case.record(response, self.operation)
+        response = case.client.op(self.operation, self.request(case, step))
+        case.requests.note_response(response, self.operation)
         changed = {}
         if refusal and response.outcome == "fail":
             with case.owner() as conn:
                 changed = table_rows.changed(before, table_rows.rows(conn))
-        case.client_outcomes.append((step, response, changed))
+        case.facts.client_outcomes.append((step, response, changed))
         if response.outcome == "ok":
             self.observe(case, step, self.model(case, step), seen, (started, case.world.clock.now()))
 
@@ -96,11 +96,11 @@ class ClientRun(StepRun):
         """Judge an accepted command by what it wrote: `read` is what the model step read back."""
 
     def run_beside(self, case, step):
-        response = case.fallback_beside(self.operation, self.request(case, step))
+        response = case.beside.fallback(self.operation, self.request(case, step))
         if response is None:
             return "waited"
-        case.record(response, f"{self.operation} (beside the held barrier)")
-        case.client_outcomes.append((step, response, {}))
+        case.requests.note_response(response, f"{self.operation} (beside the held barrier)")
+        case.facts.client_outcomes.append((step, response, {}))
         if response.outcome != "ok":
             return "refused"  # answered, and changed nothing: no order to keep, nothing to run again
         self.model(case, step)
@@ -123,7 +123,7 @@ class DefinitionRun(ClientRun):
         return row
 
     def observe(self, case, step, read, before, window):
-        facts = case.command_facts
+        facts = case.facts.command_facts
         if read is None:
             missing = [{"step": step.index + 1, "op": self.operation, "wrong": ["answered ok, but no generation"]}]
             facts.setdefault("command-accepted-at", []).append(missing)
@@ -166,7 +166,7 @@ class Release(ClientRun):
 
     def observe(self, case, step, read, before, window):
         after = self.before(case, step)
-        case.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
+        case.facts.command_facts.setdefault("release-rebinds", []).append(commands.rebinds(step.index + 1, before, after))
 
 
 # -- the clock ---------------------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ class PassRun(StepRun):
         for key in ("cancel_after", "lease_owner"):
             if key in args:
                 request[key] = args[key]
-        case.run_pass(step, labels, request)
+        case.passes.run(step, labels, request)
 
 
 @step_run
@@ -234,11 +234,11 @@ class CompleteWork(StepRun):
 
     def run(self, case, step):
         args = step.args
-        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
+        work_id = case.reads.nth_work(args["schedule"], args.get("nth", -1))
         if work_id is None:
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return
-        case.record(case.client_op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
+        case.requests.note_response(case.client.op("complete-work", {"work_id": work_id, "state": args["state"]}), step.op)
         case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
 
     def run_beside(self, case, step):
@@ -246,14 +246,14 @@ class CompleteWork(StepRun):
         meanwhile): the Work terminal transaction locks the schedule's dispatch row, so it waits for a held
         decision and comes wholly before or after it, or between a committed decision and the rest of the pass."""
         args = step.args
-        work_id = case.nth_work(args["schedule"], args.get("nth", -1))
+        work_id = case.reads.nth_work(args["schedule"], args.get("nth", -1))
         if work_id is None:
             case.note("skipped", reason=f"no Work number {args.get('nth', -1)} for {args['schedule']}")
             return "refused"
-        response = case.work_beside(work_id, args["state"])
+        response = case.beside.work(work_id, args["state"])
         if response is None:
             return "waited"
-        case.record(response, f"{step.op} (beside the held barrier)")
+        case.requests.note_response(response, f"{step.op} (beside the held barrier)")
         if response.outcome != "ok":
             return "refused"  # answered, and changed nothing
         case.model.work(args["schedule"], args.get("nth", -1), args["state"], case.world.clock.now())
@@ -265,7 +265,7 @@ class PlantWork(StepRun):
     op = "plant-work"
 
     def run(self, case, step):
-        case.plant_work(step.args)
+        case.client.plant_work(step.args)
 
 
 # -- operator steps ----------------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ class AdvanceScopeGeneration(StepRun):
             conn.execute(self.SQL, (case.scope,))
 
     def run_beside(self, case, step):
-        if not case.owner_beside(self.SQL, (case.scope,)):
+        if not case.beside.owner(self.SQL, (case.scope,)):
             return "waited"
         case.model.advance_scope_generation()
         return "committed"
@@ -305,7 +305,7 @@ class TakeSnapshot(StepRun):
     op = "snapshot"
 
     def run(self, case, step):
-        case.take_snapshot(step.args["name"])
+        case.snapshots.take(step.args["name"])
 
 
 @step_run
@@ -313,4 +313,4 @@ class Restore(StepRun):
     op = "restore"
 
     def run(self, case, step):
-        case.restore_snapshot(step.args["name"])
+        case.snapshots.restore(step.args["name"])

@@ -198,7 +198,7 @@ class HostileRun:
         case.impls["A"] = case.start_implementation("A")
         self.identity = self.identity or (case.impls["A"].hello or {}).get("implementation", "")
         self.schedule_id = BASE_SCHEDULE
-        response = case.client_op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
+        response = case.client.op("create", {"schedule_id": self.schedule_id, "spec": BASE_SPEC})
         if response.outcome != "ok":
             from testhost.errors import TestHostError
             raise TestHostError(f"the hostile phase could not create its schedule: {response}")
@@ -259,9 +259,9 @@ class HostileRun:
         else:
             case.fallbacks.add(hostile.op)
             try:
-                response = case.fallback_call(hostile.op, hostile.args, uuid.uuid4())
+                response = case.client.call(hostile.op, hostile.args, uuid.uuid4())
             except Exception as exc:  # noqa: BLE001 - the fallback is the reference client: its crash is a finding
-                case.close_fallbacks()
+                case.client.close()
                 return Answer("crash", error={"message": f"the fallback (reference client) raised "
                                                          f"{type(exc).__name__}: {str(exc)[:300]}"})
         return Answer(response.outcome, response.problem, response.error, response.value)

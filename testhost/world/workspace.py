@@ -36,7 +36,7 @@ SERVER_SETTINGS = {
     "log_min_messages": "warning",
     "log_line_prefix": "'%m [%p] '",
     # One line per session let in (user and database): a failed run's diagnosis tells an implementation that never
-    # logged in where its DSN points (testhost/case/case_facts.py).
+    # logged in where its DSN points (testhost/case/diagnosis_facts.py).
     "log_connections": "on",
     "huge_pages": "off",
     # Crash recovery first makes the data directory durable. The default opens and fsyncs every file (two
