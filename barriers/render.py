@@ -85,12 +85,12 @@ def _migrations() -> str:
 
 
 def _deadline_scenarios(cover: str) -> str:
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     return ", ".join(f"`{s.name}`" for s in load_catalog() if cover in s.covers)
 
 
 def _bridge_clock_scenarios() -> str:
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     return ", ".join(f"`{s.name}`" for s in load_catalog() if s.bridge_clock_shift_s) or "none"
 
 

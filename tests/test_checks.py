@@ -255,7 +255,7 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
 
 
 def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
-    from scenarios.model import Step
+    from scenarios.scenario import Step
     from testhost.judge.commands import client_outcomes
     from testhost.impl.implementation import Response
     refused = Response("fail", problem={"type": "urn:appsurface-durable:problem:schedule-deleted", "status": 409})
@@ -269,7 +269,7 @@ def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
 
 
 def test_a_step_citing_a_rule_is_judged_under_it_and_a_refusal_must_change_nothing():
-    from scenarios.model import Step
+    from scenarios.scenario import Step
     from testhost.judge.commands import CLIENT_RULE, client_outcomes
     from testhost.impl.implementation import Response
     rule = "The function rejects blank or control-character lease owners"

@@ -10,7 +10,7 @@ import pytest
 from test_checks import S, good_state
 
 from barriers import CATALOG
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from testhost.judge.pictures import normalize
 from testhost.judge.rules import CheckResult
 from testhost.cli import main
@@ -201,7 +201,7 @@ INTERRUPTED = Path(__file__).parent / "scenarios" / "interrupted-before-instant.
 def _every30():
     from datetime import timedelta
 
-    from scenarios.model import T0
+    from scenarios.scenario import T0
     from testhost.judge.model import Generation
     from testhost.judge.timelines import Timelines
     model = Timelines()
@@ -256,7 +256,7 @@ def test_a_decision_seen_to_commit_is_not_left_and_a_fault_outside_a_pass_branch
 def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_over_which_it_claimed():
     from datetime import timedelta
 
-    from scenarios.model import T0
+    from scenarios.scenario import T0
     from testhost.judge.model import Generation, picture
     from testhost.judge.timelines import Timelines
     model = Timelines()
@@ -282,7 +282,7 @@ def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_ov
 def test_the_claim_choices_of_a_bounded_pass_are_bounded():
     from datetime import timedelta
 
-    from scenarios.model import T0
+    from scenarios.scenario import T0
     from testhost.judge.model import Generation, Model
     from testhost.judge.timelines import MAX_CLAIM_CHOICES, claim_choices
     model = Model()

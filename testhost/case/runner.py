@@ -19,7 +19,7 @@ from typing import Any
 from barriers import BY_NAME
 from barriers.catalog import PROCESSOR_TRANSACTIONS
 from barriers.schema import DISPATCHER, REVOCABLE, RUNTIME
-from scenarios.model import T0, Scenario, Step, relative
+from scenarios.scenario import T0, Scenario, Step, relative
 from scenarios.matrix import CasePlan
 from scenarios.steps import BESIDE_AFTER_DECISION, during_step, pass_denial, pass_limit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scenarios.model import T0, Scenario, Step
+from scenarios.scenario import T0, Scenario, Step
 from scenarios.steps import STEPS
 
 from .model import Model

@@ -11,7 +11,7 @@ import copy
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from scenarios.model import Step, relative
+from scenarios.scenario import Step, relative
 from scenarios.steps import STEPS, during_step, pass_denial
 
 from .model import Generation

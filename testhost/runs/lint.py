@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from barriers.catalog import PROCESSOR_TRANSACTIONS
-from scenarios.model import Scenario, Step, T0
+from scenarios.scenario import Scenario, Step, T0
 from scenarios.steps import STEPS
 
 from testhost.judge.pictures import comparable
