@@ -370,7 +370,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "transaction-fate": ("b43a26c014", "1.0"),
     "scenario-expectations": ("f6c02d5c49", "2.0"),
     "crash-equivalence": ("3959a95b46", "6.1"),
-    "model-agreement": ("18fd2b8bf8", "6.1"),
+    "model-agreement": ("6d94f338ef", "6.1"),
     "client-outcomes": ("62ae32b707", "1.0"),
     "step-outcomes": ("b93b7880fc", "1.0"),
     "coalesced-range-forward": ("7aaafdb31c", "1.0"),

@@ -17,7 +17,7 @@ from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, WorkSto
 from reference.model import ScheduleSpec, Target
 from scenarios.scenario import T0
 from testhost.judge.pictures import comparable, normalize
-from testhost.judge.model import Generation, Model, picture
+from testhost.judge.gate_model import Generation, Model, picture
 from testhost.judge.state import read_state
 from testhost.world.store import new_store
 

@@ -42,7 +42,7 @@ from testhost.judge.fault_checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_F
                                          stall_took_over)
 from testhost.judge.identity import expected_work, instant_text
 from testhost.judge.invariants import universal
-from testhost.judge.model import generation_of, picture as model_picture
+from testhost.judge.gate_model import generation_of, picture as model_picture
 from testhost.judge.observations import (FENCE_REASONS, beside_barrier_reached, coalesced_forward, cursor_high_water,
                                          definition_revision, fence_locked_beside, fence_seen, generations_unchanged,
                                          idle_cursor, one_pending_coalesced_seen, pass_decides_due, passive_processor,

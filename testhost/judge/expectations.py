@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from .identity import instant_text, parse_instant
-from .model import picture as model_picture
+from .gate_model import picture as model_picture
 from .pictures import picture_differences
 from .rules import CheckResult, Rules
 from .state import StoreState
@@ -86,9 +86,9 @@ def equivalence(picture: dict, baseline: dict) -> CheckResult:
 
 
 MODEL_AGREEMENT = rule_of("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
-                          "testhost/judge/model.py over the same timeline (occurrences with kind, range and state, Work "
-                          "states, lifecycle, suspension reason, generation, and where the cursor stands on the "
-                          "active generation's grid)")
+                          "testhost/judge/gate_model.py over the same timeline (occurrences with kind, range and "
+                          "state, Work states, lifecycle, suspension reason, generation, and where the cursor stands "
+                          "on the active generation's grid)")
 
 
 def model_agreement(picture: dict, model) -> CheckResult:

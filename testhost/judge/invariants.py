@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from . import ranges
 from .identity import expected_work, occurrence_key, parse_instant
-from .model import generation_of
+from .gate_model import generation_of
 from .rules import CheckResult, Rules
 from .state import StoreState
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from .identity import instant_text, parse_instant
-from .model import generation_of
+from .gate_model import generation_of
 from .rules import Rules
 from .state import StoreState
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from scenarios.scenario import T0, Scenario, Step
 from scenarios.steps import STEPS
 
-from .model import Model
+from .gate_model import Model
 from .step_replays import REPLAYS
 
 

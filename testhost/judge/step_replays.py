@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from scenarios.scenario import Step, relative
 from scenarios.steps import STEPS, during_step, pass_denial
 
-from .model import Generation
+from .gate_model import Generation
 
 
 class StepReplay:

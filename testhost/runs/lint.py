@@ -13,7 +13,7 @@ from scenarios.scenario import Scenario, Step, T0
 from scenarios.steps import STEPS
 
 from testhost.judge.pictures import comparable
-from testhost.judge.model import picture
+from testhost.judge.gate_model import picture
 from testhost.judge.replay import Replay
 from testhost.judge.timelines import left_undecided
 
