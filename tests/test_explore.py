@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
 from reports.browser import chromium
-from reports.matrix import anchor
+from reports.matrix_view import anchor
 from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
                                  NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, motif_programs, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
