@@ -89,6 +89,14 @@ READ_COLUMNS: dict[str, dict[str, str]] = {
     "store_runtime": {"runtime_epoch": "integer"},
     "scopes": {"scope_id": "text", "generation": "integer"},
 }
+# Every table a client command or a pass may write, read whole in one statement as the migration owner: a JSON
+# object of each table's rows, in the order of their text. What a refused command (testhost/world/table_rows.py) or a
+# denied pass (testhost/judge/bridge_role.py) changed is the difference between two such reads.
+WRITABLE_TABLES = ("schedule_commands", "schedule_definitions", "schedule_generations", "schedule_occurrences",
+                   "schedule_history", "schedule_dispatch", "schedule_dispatch_timing", "work_items")
+ROWS_SQL = "select json_build_object(" + ", ".join(
+    f"'{t}', (select coalesce(json_agg(r order by r::text), '[]') from appsurface_durable.{t} r)"
+    for t in WRITABLE_TABLES) + ") as rows"
 # The functions the TestHost itself calls as the migration owner (set-up and scenario steps).
 OWNER_CALLS = ("create_scope", "ensure_schedule_history_partitions", "advance_runtime_epoch",
                "advance_scope_generation")

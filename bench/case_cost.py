@@ -20,7 +20,7 @@ from pathlib import Path
 
 from reports import counted
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.impl import forkserver
 from testhost.case import runner
 from testhost.judge import case_judge, verdict

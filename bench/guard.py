@@ -85,7 +85,7 @@ def sample_cpu(case_ids: list[str] | None) -> tuple[tuple[float, float], list[st
     SAMPLE_STRIDE-th faulted case), the round with the lower ratio of ROUNDS; with the ids run and those no longer
     in the matrix."""
     from scenarios.matrix import expand
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     from testhost.faults.catalog import FAULTS
     from scenarios.matrix import CasePlan
     from testhost.case.runner import REFERENCE_COMMAND, run_case

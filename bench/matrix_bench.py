@@ -11,7 +11,7 @@ from pathlib import Path
 
 from reports import counted
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options, default_jobs
 from testhost.case.runner import REFERENCE_COMMAND, run_case

@@ -23,7 +23,7 @@ from testhost.world.store import Store, copy_store, new_store
 from testhost.world.worlds import World
 
 from .figures import Figure, backend_cpu, median_of
-from .replay import record, replay_worker
+from .sql_replay import record, replay_worker
 
 SCOPE = "bench"
 SCHEDULES = 2_000          # due Every schedules materialized by the two processors
@@ -347,7 +347,7 @@ def throughput(world: World | None = None) -> list[Figure]:
                mine.rate >= 0.75 * run.ceiling, run.ceiling, "ceiling = pgbench TPS / commits per occ"),
         Info("  the same against the write-commit ceiling", mine.rate, "occ/s", run.tps / mine.writes_per,
              "pgbench TPS / writing commits per occ"),
-        # What the protocol's SQL costs without the processor's client side (bench/replay.py): the same round
+        # What the protocol's SQL costs without the processor's client side (bench/sql_replay.py): the same round
         # trips, replayed on a copy of the same store by two clients that decode nothing and decide nothing.
         Info("  its round trips replayed without logic", bare.rate, "occ/s", run.ceiling, "the same ceiling"),
         Info("  replay: client CPU per occurrence", bare.cpu_per, "ms"),

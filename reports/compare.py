@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import ReportError, counted
-from .matrix import BAD, not_compared
+from .matrix_view import BAD, not_compared
 from .report import Loaded, build, clock_skew, fallbacks
 
 

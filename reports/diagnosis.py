@@ -16,7 +16,7 @@ from typing import Callable
 from barriers.contract import CHANGES, CHANGES_PAGE
 from barriers.schema import RUNTIME
 
-from . import counted, matrix
+from . import counted, matrix_view
 
 PROTOCOL = "barriers/PROTOCOL.md"
 NOTES = "docs/protocol-notes.md"
@@ -232,7 +232,7 @@ class Group:
 
 
 def first_failing(case: dict) -> tuple[str, str]:
-    check = matrix.first_failed_check(case)
+    check = matrix_view.first_failed_check(case)
     if check is not None:
         return str(check.get("name")), str(check.get("rule", ""))
     return str(case.get("verdict")), f"the case ended {case.get('verdict')} before its checks: {case.get('reason', '')}"

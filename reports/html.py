@@ -8,7 +8,7 @@ import re
 from html import escape
 from importlib import resources
 
-from . import counted, diagnosis, matrix, timeline
+from . import counted, diagnosis, matrix_view, timeline
 from .report import Loaded, clock_skew, outcome, standing, which_code
 from .text import evidence_columns
 
@@ -43,7 +43,7 @@ def _show(value) -> str:
 def fault_model(report: dict) -> str:
     faults = sorted({c.get("fault") for c in report["cases"] if c.get("fault")})
     barriers = sorted({c.get("barrier") for c in report["cases"] if c.get("barrier")})
-    scenarios = {matrix.row(c) for c in report["cases"]}
+    scenarios = {matrix_view.row(c) for c in report["cases"]}
     described = "; ".join(FAULT_MODEL.get(f, f) for f in faults) or "none (fault-free runs only)"
     return (f"Each case runs one scenario's timeline through the implementation against a real PostgreSQL behind a "
             f"real Toxiproxy, with the server clock moved by the harness through libfaketime. A faulted case injects "
@@ -82,7 +82,7 @@ def _header(report: dict) -> str:
     s = report.get("summary", {})
     counts = (f"{counted(s.get('cases', 0), 'case')}: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
               f"{s.get('error', 0)} error, {s.get('not_run', 0)} not run")
-    uncompared = matrix.uncompared_sentence(report.get("cases", []))
+    uncompared = matrix_view.uncompared_sentence(report.get("cases", []))
     return (f"<h1>crashproof certification report</h1>"
             f"<div class='verdict {VERDICT_CLASS[standing(report)]}' id=verdict>{escape(sentence)}</div>"
             f"<p>{escape(counts)}</p>"
@@ -108,7 +108,7 @@ def _diagnosis(report: dict) -> str:
     items = []
     for group in found:
         size = f"{len(group.cases)} case{'s' * (len(group.cases) != 1)}"
-        cases = ", ".join(f"<a href='#{escape(matrix.anchor(str(c.get('id'))))}'><code>{escape(str(c.get('id')))}"
+        cases = ", ".join(f"<a href='#{escape(matrix_view.anchor(str(c.get('id'))))}'><code>{escape(str(c.get('id')))}"
                           f"</code></a>" for c in group.cases[:diagnosis.SHOWN_CASES])
         left = len(group.cases) - diagnosis.SHOWN_CASES
         more = f" and {left} more" if left > 0 else ""
@@ -125,7 +125,7 @@ def _diagnosis(report: dict) -> str:
             f"<ul>{''.join(items)}</ul></section>")
 
 
-def _matrix(m: matrix.Matrix) -> str:
+def _matrix(m: matrix_view.Matrix) -> str:
     groups: list[tuple[str, int]] = []
     for barrier, _ in m.columns:
         if groups and groups[-1][0] == barrier:
@@ -150,7 +150,7 @@ def _matrix(m: matrix.Matrix) -> str:
             cells.append(f"<td class='v-{cell.verdict}'><a href='#cell-{cell.index}' data-cell={cell.index} "
                          f"title='{escape(title)}'>{shown}</a></td>")
         body.append(f"<tr><th class=scenario>{escape(r)}</th>{''.join(cells)}</tr>")
-    legend = ("<p class=legend>" + "".join(f"<span class='badge v-{v}'>{v}</span>" for v in matrix.SEVERITY) +
+    legend = ("<p class=legend>" + "".join(f"<span class='badge v-{v}'>{v}</span>" for v in matrix_view.SEVERITY) +
               " a cell shows its case count, or failed/cases; click a cell for its cases</p>")
     return (f"<h2>Matrix: scenarios × (barrier, fault)</h2>{legend}<div class=matrix-wrap><table class=matrix>"
             f"<thead><tr><th rowspan=2>scenario</th>{top}</tr><tr>{faults}</tr></thead>"
@@ -187,9 +187,9 @@ def _failures(report: dict) -> str:
                        else "")
             checks.append(f"<p><code>{escape(str(check.get('name')))}</code>: {escape(str(check.get('rule', '')))}</p>"
                           + changed + (_evidence_table(evidence[:STATIC_EVIDENCE_ROWS]) if evidence else "") + more)
-        parts.append(f"<section class=case-static id='{escape(matrix.anchor(case_id))}'>"
+        parts.append(f"<section class=case-static id='{escape(matrix_view.anchor(case_id))}'>"
                      f"<h3><span class='badge v-{escape(str(case.get('verdict')))}'>{escape(str(case.get('verdict')))}"
-                     f"</span> <a href='#{escape(matrix.anchor(case_id))}' data-case='{escape(case_id)}'>"
+                     f"</span> <a href='#{escape(matrix_view.anchor(case_id))}' data-case='{escape(case_id)}'>"
                      f"<code>{escape(case_id)}</code></a></h3><p>{escape(str(case.get('reason', '')))}</p>"
                      f"{_skew_line(case)}{''.join(checks)}</section>")
     return "".join(parts)
@@ -211,7 +211,7 @@ class _Strings:
         return self.index.setdefault(text, len(self.index))
 
 
-def compact(report: dict, m: matrix.Matrix) -> dict:
+def compact(report: dict, m: matrix_view.Matrix) -> dict:
     """The page's data: strings interned, passing cases without event details (their evidence is empty)."""
     strings = _Strings()
     check_refs: dict[tuple[int, int], int] = {}
@@ -241,7 +241,7 @@ def compact(report: dict, m: matrix.Matrix) -> dict:
             if event.get("event") == "clock":
                 row.append(float(event.get("shift_s", 0) or 0))
             events.append(row)
-        entry = {"i": case_id, "a": matrix.anchor(case_id), "v": case.get("verdict"), "r": case.get("reason", ""),
+        entry = {"i": case_id, "a": matrix_view.anchor(case_id), "v": case.get("verdict"), "r": case.get("reason", ""),
                  "d": case.get("duration_s"), "k": m.cell_of[case_id], "c": checks, "e": events}
         if case.get("verdict") != "pass":
             entry["x"] = [{k: v for k, v in e.items() if k not in ("t", "event")} for e in case.get("timeline") or []]
@@ -263,7 +263,7 @@ class Html:
 
     def render(self, loaded: Loaded) -> str:
         report = loaded.report
-        m = matrix.build(report["cases"])
+        m = matrix_view.build(report["cases"])
         _, sentence = outcome(report)
         return (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
                 f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"

@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from . import counted, timeline
-from .matrix import not_compared
+from .matrix_view import not_compared
 from .report import Loaded
 
 # Characters XML 1.0 cannot carry at all (an implementation's stderr or evidence may hold them).

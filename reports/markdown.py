@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import counted, diagnosis, matrix
+from . import counted, diagnosis, matrix_view
 from .report import Loaded, clock_skew, outcome, standing, which_code
 
 MAX_LISTED = 100  # a comment stays readable (and under the hosts' size limits) on a badly broken run
@@ -66,21 +66,21 @@ class Markdown:
         lines += _diagnosis(report)
         for problem in run.get("problems") or []:
             lines.append(f"- run problem: {_cell(problem)}")
-        if matrix.uncompared_sentence(cases):
-            lines.append(f"- {_cell(matrix.uncompared_sentence(cases))}")
-        lines += ["", *_counts_table("fault", matrix.counts_by(cases, lambda c: c.get("fault") or "fault-free")), ""]
-        lines += [*_counts_table("barrier", matrix.counts_by(cases, lambda c: c.get("barrier") or "fault-free")), ""]
+        if matrix_view.uncompared_sentence(cases):
+            lines.append(f"- {_cell(matrix_view.uncompared_sentence(cases))}")
+        lines += ["", *_counts_table("fault", matrix_view.counts_by(cases, lambda c: c.get("fault") or "fault-free")), ""]
+        lines += [*_counts_table("barrier", matrix_view.counts_by(cases, lambda c: c.get("barrier") or "fault-free")), ""]
         bad = [c for c in cases if c.get("verdict") != "pass"]
         if bad:
             lines.append(f"### Cases that did not pass ({len(bad)})")
             lines.append("")
             for case in bad[:MAX_LISTED]:
-                check = matrix.first_failed_check(case)
+                check = matrix_view.first_failed_check(case)
                 why = (f"`{check.get('name')}`: {check.get('rule', '')}" if check else case.get("reason", ""))
                 if check and check.get("changed"):
                     why += f" ({check['changed']})"
                 lines.append(f"- **{case.get('verdict')}** [`{case.get('id')}`]({html_name}#"
-                             f"{matrix.anchor(str(case.get('id')))}): {_cell(why)}")
+                             f"{matrix_view.anchor(str(case.get('id')))}): {_cell(why)}")
             if len(bad) > MAX_LISTED:
                 lines.append(f"- … and {len(bad) - MAX_LISTED} more: see {html_name}")
         return "\n".join(lines) + "\n"

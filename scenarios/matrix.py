@@ -8,7 +8,7 @@ from typing import Iterable
 
 from barriers import BY_NAME, CATALOG
 
-from .model import Scenario, is_builtin
+from .scenario import Scenario, is_builtin
 
 
 @dataclass(frozen=True)

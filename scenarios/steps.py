@@ -1,6 +1,6 @@
 """The scenario language: every step kind with its fields, validation, examples and documentation.
 
-A kind is one class registered in STEPS. Parsing (scenarios/model.py) validates a file against the kinds, and
+A kind is one class registered in STEPS. Parsing (scenarios/scenario.py) validates a file against the kinds, and
 docs/scenarios.md is rendered from them (scenarios/render.py). How the TestHost runs a kind (its case/step_runs.py)
 and how the model replays it (its judge/step_replays.py) are registries of their own keyed like STEPS, so the
 language is read, checked and documented with nothing but barriers/ beneath it.

@@ -7,7 +7,7 @@ import json
 import sys
 
 from reports import counted
-from scenarios.model import ScenarioError
+from scenarios.scenario import ScenarioError
 
 from testhost.world.workspace import Workspace
 
@@ -167,7 +167,7 @@ def cmd_coverage(args) -> int:
 def cmd_scenarios(args) -> int:
     from pathlib import Path
 
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     folders = [Path(folder) for folder in args.catalog or []]
     from scenarios.matrix import select
     scenarios = select(load_catalog(folders, args.with_builtin), args.scenario)
@@ -316,7 +316,7 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from importlib.metadata import PackageNotFoundError, version
 
-        from scenarios.model import load_catalog
+        from scenarios.scenario import load_catalog
 
         from testhost.runs.run_report import suite_version
         try:

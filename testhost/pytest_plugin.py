@@ -142,7 +142,7 @@ def _planned(config) -> list[CasePlan]:
 
 def _scenarios(pattern: str | None) -> list[str]:
     from scenarios.matrix import select
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     return [s.name for s in select(load_catalog(), pattern)]
 
 
@@ -242,7 +242,7 @@ class _Session:
         root = Workspace().root
         root.mkdir(parents=True, exist_ok=True)
         self.log_dir = Path(tempfile.mkdtemp(prefix="pytest-logs-", dir=root))  # removed at session finish
-        from scenarios.model import load_catalog
+        from scenarios.scenario import load_catalog
         self.scenarios = {s.name: s for s in load_catalog()}
 
     @classmethod

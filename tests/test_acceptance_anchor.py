@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 from mutants.catalog import ACCEPTANCE_ANCHOR
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.judge.clock_samples import acceptance_anchor
 from testhost.judge.registry import CHECKS
-from testhost.judge.model import Generation
+from testhost.judge.gate_model import Generation
 from testhost.case.runner import run_case
 from testhost.judge.state import StoreState
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.case.barrier_facts import BarrierFacts
 from testhost.judge.barrier_checks import ROLES, STATES_SEEN, TOGETHER, WORK_INSIDE, changes
 from testhost.judge.registry import CHECKS

@@ -47,7 +47,8 @@ def test_the_spec_names_are_in_the_catalog_verbatim():
 def test_protocol_page_is_generated_from_the_registries():
     from barriers.render import PAGE
     from testhost.runs.protocol_page import render
-    assert PAGE.read_text() == render(), "barriers/PROTOCOL.md is stale: run `python -m barriers.render`"
+    assert PAGE.read_text() == render(), ("barriers/PROTOCOL.md is stale: run "
+                                          "`python -m testhost.runs.protocol_page protocol`")
 
 
 def test_reference_adapter_speaks_the_registered_operations():

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from bench.reference_bench import _collect, _PgBench
-from bench.replay import _Client, record, replay_worker, segment
+from bench.sql_replay import _Client, record, replay_worker, segment
 from reference import ScheduleClient
 from testhost.world.store import copy_store
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import ScenarioError, load_catalog, parse
+from scenarios.scenario import ScenarioError, load_catalog, parse
 from scenarios.steps import pass_denial
 from testhost.judge import bridge_role
 from testhost.judge.registry import CHECKS

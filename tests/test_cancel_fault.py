@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from testhost.judge.fault_checks import cancel_retried
 from testhost.judge.registry import CHECKS
 from testhost.faults.catalog import FAULTS

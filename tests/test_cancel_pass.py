@@ -13,7 +13,7 @@ import pytest
 from mutants.catalog import BY_NAME
 from scenarios.errors import ScenarioError
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from testhost.faults.cancel_pass import CANCEL_PASS, CancelPlan
 from testhost.judge.cancelled_pass import keeps_committed, lost
 from testhost.judge.pass_windows import pass_bounded

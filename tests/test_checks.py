@@ -235,7 +235,7 @@ def test_the_dropped_expectation_holds_the_history_to_the_due_instants_an_update
 
 def test_model_agreement_compares_the_database_with_the_independent_model():
     from testhost.judge.expectations import model_agreement
-    from testhost.judge.model import Generation, Model
+    from testhost.judge.gate_model import Generation, Model
     model = Model()
     model.create("report", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
     model.pass_(T + timedelta(seconds=61))
@@ -255,7 +255,7 @@ def test_model_agreement_compares_the_database_with_the_independent_model():
 
 
 def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
-    from scenarios.model import Step
+    from scenarios.scenario import Step
     from testhost.judge.commands import client_outcomes
     from testhost.impl.implementation import Response
     refused = Response("fail", problem={"type": "urn:appsurface-durable:problem:schedule-deleted", "status": 409})
@@ -269,7 +269,7 @@ def test_client_outcomes_hold_each_step_to_what_the_scenario_expects():
 
 
 def test_a_step_citing_a_rule_is_judged_under_it_and_a_refusal_must_change_nothing():
-    from scenarios.model import Step
+    from scenarios.scenario import Step
     from testhost.judge.commands import CLIENT_RULE, client_outcomes
     from testhost.impl.implementation import Response
     rule = "The function rejects blank or control-character lease owners"
@@ -399,7 +399,7 @@ def _history(event, at_s, **detail):
 
 def test_the_processor_history_rows_must_be_the_ones_the_model_expects():
     from testhost.judge.expectations import history_agreement
-    from testhost.judge.model import Generation, Model
+    from testhost.judge.gate_model import Generation, Model
     model = Model()
     model.create("n", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T, misfire="skip"))
     model.pass_(T + timedelta(seconds=181))  # three instants: a recovery range, skipped
@@ -423,7 +423,7 @@ def test_the_processor_history_rows_must_be_the_ones_the_model_expects():
 
 
 def test_the_model_takes_every_integer_n_of_an_every_grid_before_a_future_anchor():
-    from testhost.judge.model import Generation
+    from testhost.judge.gate_model import Generation
     g = Generation(1, "every", T, every=timedelta(seconds=60), anchor=T + timedelta(seconds=1000))
     assert g.instants_between(T, T + timedelta(seconds=101)) == [T + timedelta(seconds=40), T + timedelta(seconds=100)]
     assert g.last_at_or_before(T + timedelta(seconds=39)) == T - timedelta(seconds=20)
@@ -431,7 +431,7 @@ def test_the_model_takes_every_integer_n_of_an_every_grid_before_a_future_anchor
 
 def test_model_agreement_and_equivalence_evidence_is_in_rfc_3339_instants():
     from testhost.judge.expectations import model_agreement
-    from testhost.judge.model import Generation, Model
+    from testhost.judge.gate_model import Generation, Model
     model = Model()
     model.create("r", Generation(1, "every", T, every=timedelta(seconds=60), anchor=T))
     model.pass_(T + timedelta(seconds=61))

@@ -213,7 +213,7 @@ def test_jobs_below_one_and_bad_selections_are_refused(home):
 
 
 def test_filters_take_several_values_comma_separated_and_repeated(home):
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     result = _run(home, "scenarios", "--scenario", "at-*,every-*", "--scenario", "after-single")
     names = [line.split()[0] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
     expected = sorted(s.name for s in load_catalog() if s.name.startswith(("at-", "every-")) or s.name == "after-single")

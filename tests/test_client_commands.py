@@ -13,7 +13,7 @@ import pytest
 
 from barriers.protocol import PROBLEMS, problem_name
 from scenarios.matrix import CasePlan
-from scenarios.model import ScenarioError, Step, load_catalog, parse
+from scenarios.scenario import ScenarioError, Step, load_catalog, parse
 from testhost.judge import commands
 from testhost.judge.commands import client_outcomes
 from testhost.judge.registry import CHECKS

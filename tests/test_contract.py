@@ -41,7 +41,7 @@ def test_no_rule_changes_without_a_fingerprint_and_a_change_of_its_version():
              if FINGERPRINTS.get(name) != now[name]}
     assert moved == {}, ("rules changed without a contract entry: add a Change to barriers/contract.py naming each "
                          "(major if it can fail an implementation that conformed before), then paste "
-                         "`python -m barriers.contract --fingerprints` into FINGERPRINTS")
+                         "`python -m testhost.runs.protocol_page fingerprints` into FINGERPRINTS")
     assert set(FINGERPRINTS) == set(now), "FINGERPRINTS names a rule no longer registered"
 
 
@@ -71,7 +71,7 @@ def test_the_changes_the_contract_must_record_are_there():
 
 def test_the_page_is_rendered_from_the_registry():
     page = (ROOT / contract.CHANGES_PAGE).read_text()
-    assert page == render() + "\n", "run `python -m barriers.contract`"
+    assert page == render() + "\n", "run `python -m testhost.runs.protocol_page contract`"
     assert f"version **{contract.VERSION}**" in page
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from barriers.protocol import COUNTS
 from scenarios.matrix import CasePlan
-from scenarios.model import ScenarioError, load_catalog, parse
+from scenarios.scenario import ScenarioError, load_catalog, parse
 from testhost.judge.clock_samples import work_own_clock
 from testhost.judge.pass_windows import COUNT_FACTS, counts_not_compared, process_counts
 from testhost.judge.registry import CHECKS

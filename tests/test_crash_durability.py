@@ -7,7 +7,7 @@ import sys
 
 from barriers import CATALOG
 from scenarios.matrix import expand
-from scenarios.model import is_builtin, load_catalog
+from scenarios.scenario import is_builtin, load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
 from testhost.runs.stages import census

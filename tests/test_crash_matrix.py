@@ -7,7 +7,7 @@ from pathlib import Path
 from barriers import CATALOG
 from reports.report import validate
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
 from testhost.faults.catalog import FAULTS

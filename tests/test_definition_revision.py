@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import DEFINITION_ROW
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.judge.registry import CHECKS
 from testhost.judge.observations import definition_revision
 from scenarios.matrix import CasePlan

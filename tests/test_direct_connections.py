@@ -7,7 +7,7 @@ from pathlib import Path
 from psycopg.conninfo import conninfo_to_dict
 
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.faults.catalog import FAULTS
 from testhost.case.runner import run_case
 from testhost.world.worlds import NETWORK

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 from mutants.catalog import CUTOFF, HIGH_WATER, NEVER_REWRITES
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.case.barrier_facts import BarrierFacts
 from testhost.judge.registry import CHECKS
 from testhost.judge.observations import cursor_high_water, generations_unchanged, pass_decides_due

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 from mutants import BY_NAME, Edit, Mutant, materialize, migrations_dir
 from reports.browser import chromium
-from reports.matrix import anchor
+from reports.matrix_view import anchor
 from scenarios.generate import (DELETED_TERMINAL, EDGE_MOTIFS, EDGES_FEATURE, GENERATORS, MOTIFS, NAMES,
                                  NOT_GENERATED, RELEASE_REFUSED, SWARM, Drawn, motif_programs, program_name, programs,
                                  scenario_programs, scenario_toml, toml_value)
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.runs.explore import Options, explore, progress_line, reproduced_line
 from testhost.runs.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous

@@ -10,7 +10,7 @@ import pytest
 
 from barriers import CATALOG
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
 from testhost.errors import FallbackFailed

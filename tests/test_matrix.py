@@ -2,7 +2,7 @@
 
 from barriers import BY_NAME, CATALOG
 from scenarios.matrix import expand, hits_for
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.faults.catalog import FAULTS
 
 
@@ -194,7 +194,7 @@ def test_a_pause_after_a_link_is_planned_only_where_the_lease_is_still_used_afte
 
 
 def test_a_kill_or_cut_at_the_last_barrier_of_a_request_is_planned_in_the_crash_scenarios_only():
-    from scenarios.model import parse
+    from scenarios.scenario import parse
     from testhost.faults.catalog import DB_CRASH_SCENARIOS
 
     link = "schedule-link-after-commit"

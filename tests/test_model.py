@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta, timezone
 
-from testhost.judge.model import Generation, Model, picture
+from testhost.judge.gate_model import Generation, Model, picture
 
 T = datetime(2031, 3, 3, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)
@@ -145,7 +145,7 @@ def test_a_copied_model_is_equal_and_independent_of_its_original():
     import copy
     import dataclasses
 
-    from testhost.judge.model import Occurrence, Schedule
+    from testhost.judge.gate_model import Occurrence, Schedule
 
     model = Model()
     model.create("s", every())

@@ -15,9 +15,9 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 from reference import ProcessRequest, ScheduleClient, ScheduleProcessor, WorkStore
 from reference.model import ScheduleSpec, Target
-from scenarios.model import T0
+from scenarios.scenario import T0
 from testhost.judge.pictures import comparable, normalize
-from testhost.judge.model import Generation, Model, picture
+from testhost.judge.gate_model import Generation, Model, picture
 from testhost.judge.state import read_state
 from testhost.world.store import new_store
 

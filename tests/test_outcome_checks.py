@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.case.runner import run_case
 
 PLAN = CasePlan("at-single", "schedule-decision-before-commit", "lost-commit-reply", 1)

@@ -11,7 +11,7 @@ import pytest
 
 from mutants.catalog import BY_NAME
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.judge.pass_windows import empty_pass, pass_bounded, pass_leaves_no_lease
 from testhost.judge.registry import CHECKS
 from scenarios.matrix import CasePlan
@@ -164,7 +164,7 @@ def test_facts_that_changed_with_no_pass_asked_fail_and_a_pass_in_between_excuse
 
 
 def test_quiet_s_is_checked_when_the_file_is_read():
-    from scenarios.model import ScenarioError, parse
+    from scenarios.scenario import ScenarioError, parse
     base = 'description = "x"\n[[steps]]\nop = "advance"\nseconds = 1\n'
     assert parse("x", base + "quiet_s = 1.5\n").steps[0].args["quiet_s"] == 1.5
     for bad in ("0", "6", "true", '"1"'):
@@ -267,7 +267,7 @@ op = "process"
 
 
 def test_a_work_transition_beside_a_held_decision_waits_for_its_lock_and_runs_after_the_pass(world, tmp_path):
-    from scenarios.model import parse
+    from scenarios.scenario import parse
     scenario = parse("work-beside-decision", BESIDE_WORK.replace("BARRIER", "schedule-decision-before-commit")
                      .replace("STATE", "succeeded"))
     outcome = run_case(world, scenario, CasePlan(scenario.name), _python("reference.adapter"), tmp_path)
@@ -278,7 +278,7 @@ def test_a_work_transition_beside_a_held_decision_waits_for_its_lock_and_runs_af
 
 
 def test_a_refused_work_transition_beside_a_held_pass_changes_nothing(world, tmp_path):
-    from scenarios.model import parse
+    from scenarios.scenario import parse
     scenario = parse("work-beside-refused", BESIDE_WORK.replace("BARRIER", "schedule-decision-after-commit")
                      .replace("STATE", "pending"))  # no Work may go back to pending: a problem
     outcome = run_case(world, scenario, CasePlan(scenario.name), _python("reference.adapter"), tmp_path)

@@ -8,7 +8,7 @@ from barriers.protocol import BY_OPERATION, NORMATIVE
 from reference import WorkStore
 from reference.work import WorkRequest
 from testhost.faults.catalog import FAULTS
-from testhost.judge.model import Generation, Model
+from testhost.judge.gate_model import Generation, Model
 
 
 def _section(title: str) -> str:

@@ -18,7 +18,7 @@ from reports import ReportError, compare
 from reports.html import Html
 from reports.markdown import Markdown
 from reports.report import Loaded, build, which_code, which_code_text
-from scenarios.model import parse
+from scenarios.scenario import parse
 from testhost.impl import provenance
 from testhost.runs.stages import reference_census
 from testhost.runs.explore import Options as ExploreOptions, write_failure

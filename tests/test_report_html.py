@@ -11,7 +11,7 @@ from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
 
 from reports.browser import chromium, requests_made
-from reports.matrix import anchor
+from reports.matrix_view import anchor
 
 pytestmark = pytest.mark.world
 FAILING = "at-single/schedule-decision-after-commit/kill/1"

@@ -8,7 +8,7 @@ import pytest
 
 from mutants.catalog import BY_NAME, LOCKED_FENCE
 from scenarios.matrix import CasePlan
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from testhost.case.runner import REFERENCE_COMMAND, run_case
 
 GO = str(Path(__file__).resolve().parent.parent / "examples" / "go" / "run.sh")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scenarios.model import ScenarioError, load_catalog, parse, relative, T0
+from scenarios.scenario import ScenarioError, load_catalog, parse, relative, T0
 from datetime import timedelta
 
 

@@ -151,7 +151,7 @@ def test_report_html_draws_a_check_not_compared_as_such_with_its_reason_and_evid
     from selenium.webdriver.support.ui import WebDriverWait
 
     from reports.browser import chromium, requests_made
-    from reports.matrix import anchor
+    from reports.matrix_view import anchor
 
     page = shifted_report / "report.html"
     case_id = f"{SCENARIO}/{BARRIER}/kill/1"

@@ -13,7 +13,7 @@ import pytest
 
 from scenarios.instances import DurationError, format_offset, parse_duration
 from scenarios.matrix import CasePlan
-from scenarios.model import ScenarioError, load_catalog, parse
+from scenarios.scenario import ScenarioError, load_catalog, parse
 from testhost.impl import skew
 from testhost.runs.certify import certify
 from testhost.runs.options import Options

@@ -14,7 +14,7 @@ from barriers import CATALOG
 from barriers.catalog import PROCESSOR_TRANSACTIONS
 from mutants.catalog import LEASE
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 from testhost.runs.certify import certify
 from testhost.runs.options import Options
 from testhost.judge.fault_checks import stall_took_over

@@ -34,7 +34,7 @@ def test_every_kind_replays_and_a_client_kind_applies_its_command_in_the_model()
 
 def test_the_language_is_read_without_testhost():
     """scenarios/ sits below testhost: loading the language and the matrix loads nothing of it."""
-    probe = ("import sys, scenarios.steps, scenarios.model, scenarios.matrix, scenarios.render; "
+    probe = ("import sys, scenarios.steps, scenarios.scenario, scenarios.matrix, scenarios.render; "
              "print([m for m in sys.modules if m.split('.')[0] == 'testhost'])")
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert found.strip() == "[]"

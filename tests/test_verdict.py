@@ -10,7 +10,7 @@ import pytest
 from test_checks import S, good_state
 
 from barriers import CATALOG
-from scenarios.model import load_catalog, parse
+from scenarios.scenario import load_catalog, parse
 from testhost.judge.pictures import normalize
 from testhost.judge.rules import CheckResult
 from testhost.cli import main
@@ -201,8 +201,8 @@ INTERRUPTED = Path(__file__).parent / "scenarios" / "interrupted-before-instant.
 def _every30():
     from datetime import timedelta
 
-    from scenarios.model import T0
-    from testhost.judge.model import Generation
+    from scenarios.scenario import T0
+    from testhost.judge.gate_model import Generation
     from testhost.judge.timelines import Timelines
     model = Timelines()
     model.create("x", Generation(1, "every", T0, every=timedelta(seconds=30), anchor=T0))
@@ -210,7 +210,7 @@ def _every30():
 
 
 def _kinds(model) -> list[tuple]:
-    from testhost.judge.model import picture
+    from testhost.judge.gate_model import picture
     return [o[:4] for o in picture(model)["x"]["occurrences"]]
 
 
@@ -224,7 +224,7 @@ def test_a_fault_in_a_pass_branches_the_model_over_what_the_pass_left_to_the_rec
     assert len(model.branches) == 2
     assert _kinds(model.branches[0]) == [(1, "coalesced", 60_000_000, 90_000_000), (1, "nominal", 30_000_000, 30_000_000)]
     assert _kinds(model.branches[1]) == [(1, "coalesced", 90_000_000, 90_000_000), (1, "recovery", 30_000_000, 60_000_000)]
-    from testhost.judge.model import picture
+    from testhost.judge.gate_model import picture
     assert model.matching(picture(model.branches[1])) is model.branches[1]
     assert model.matching({"x": None}) is model.primary  # nothing matches: judged against the fault-free branch
 
@@ -235,7 +235,7 @@ def test_a_branch_matches_a_database_that_shows_no_entry_for_a_schedule_whose_cr
     model.pass_(t0 + s(seconds=58), 1)
     model.fork()
     model.drain(t0 + s(seconds=61))
-    from testhost.judge.model import picture
+    from testhost.judge.gate_model import picture
     database = {**picture(model.branches[1]), "refused": None}  # the refused create's name: no row, no model entry
     assert "refused" not in picture(model.branches[1])
     assert model.matching(database) is model.branches[1]
@@ -256,8 +256,8 @@ def test_a_decision_seen_to_commit_is_not_left_and_a_fault_outside_a_pass_branch
 def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_over_which_it_claimed():
     from datetime import timedelta
 
-    from scenarios.model import T0
-    from testhost.judge.model import Generation, picture
+    from scenarios.scenario import T0
+    from testhost.judge.gate_model import Generation, picture
     from testhost.judge.timelines import Timelines
     model = Timelines()
     for name in ("s1", "s2"):
@@ -282,8 +282,8 @@ def test_a_fault_in_a_bounded_pass_over_schedules_due_at_one_instant_branches_ov
 def test_the_claim_choices_of_a_bounded_pass_are_bounded():
     from datetime import timedelta
 
-    from scenarios.model import T0
-    from testhost.judge.model import Generation, Model
+    from scenarios.scenario import T0
+    from testhost.judge.gate_model import Generation, Model
     from testhost.judge.timelines import MAX_CLAIM_CHOICES, claim_choices
     model = Model()
     for i in range(8):  # C(8, 4) = 70 choices: more than are branched

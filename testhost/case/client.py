@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from scenarios.model import relative
+from scenarios.scenario import relative
 
 from testhost.errors import FallbackFailed
 from testhost.faults.catalog import DEADLINE_S

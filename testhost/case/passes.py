@@ -8,7 +8,7 @@ import threading
 from datetime import datetime
 
 from barriers.schema import REVOCABLE
-from scenarios.model import Step
+from scenarios.scenario import Step
 from scenarios.steps import during_step, pass_denial, pass_limit
 
 from testhost.faults.cancel_pass import CancelPlan

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from scenarios.steps import pass_denial
 
 from testhost.judge.identity import instant_text
-from testhost.judge.model import generation_of
+from testhost.judge.gate_model import generation_of
 from testhost.judge.observations import FENCE_REASONS
 from testhost.judge.state import read_state
 

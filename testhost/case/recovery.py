@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 from barriers.schema import DISPATCHER, RUNTIME
-from scenarios.model import Step
+from scenarios.scenario import Step
 
 from testhost.world.sessions import KeptSession
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from barriers.schema import DISPATCHER, RUNTIME
 from scenarios.matrix import CasePlan
-from scenarios.model import T0, Scenario, Step
+from scenarios.scenario import T0, Scenario, Step
 
 from testhost.errors import TestHostError
 from testhost.faults.bridge_clock import BridgeClock

@@ -12,7 +12,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from scenarios.model import Step, relative
+from scenarios.scenario import Step, relative
 from scenarios.steps import COMMAND_NAMESPACE, STEPS, StepKind, spec_to_wire
 
 from testhost.judge import commands

@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Callable, Protocol
 
-from scenarios.model import Scenario
+from scenarios.scenario import Scenario
 
 from testhost.impl.implementation import Implementation
 from testhost.world.sessions import KeptSession

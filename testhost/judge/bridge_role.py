@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from barriers.schema import REVOCABLE, RUNTIME
+from barriers.schema import REVOCABLE, ROWS_SQL, RUNTIME
 
 from .rules import CheckResult, Rules
 
@@ -31,9 +31,6 @@ DEMOTED_AT = "schedule-decision-after-commit"
 # Scoped tables: nothing of a denied pass may change them. The queue's two tables may change as a claim does.
 SCOPED = ("schedule_commands", "schedule_definitions", "schedule_generations", "schedule_occurrences",
           "schedule_history", "work_items")
-ROWS_SQL = "select json_build_object(" + ", ".join(
-    f"'{t}', (select coalesce(json_agg(r order by r::text), '[]') from appsurface_durable.{t} r)"
-    for t in (*SCOPED, "schedule_dispatch", "schedule_dispatch_timing")) + ") as rows"
 
 PROVEN = rule_of(
     "bridge-role-proven",
@@ -136,6 +133,7 @@ def claims(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
 
 
 def rows(conn) -> dict[str, list[dict]]:
+    """Every row of the scoped tables and the queue's, by table (barriers/schema.py ROWS_SQL)."""
     return conn.execute(ROWS_SQL).fetchone()["rows"]
 
 

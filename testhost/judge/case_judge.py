@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 
 from scenarios.matrix import CasePlan
-from scenarios.model import Scenario, relative
+from scenarios.scenario import Scenario, relative
 
 from . import bridge_role
 from .cancelled_pass import keeps_committed
@@ -18,7 +18,7 @@ from .expectations import history_agreement, model_agreement
 from .fault_checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, cancel_retried, client_deadline,
                            crash_durability, outcome_honesty, stall_took_over)
 from .invariants import universal
-from .model import picture as model_picture
+from .gate_model import picture as model_picture
 from .observations import (beside_barrier_reached, coalesced_forward, cursor_high_water, definition_revision,
                            fence_locked_beside, fence_seen, generations_unchanged, idle_cursor,
                            one_pending_coalesced_seen, pass_decides_due, passive_processor, requeue_kept)

@@ -7,10 +7,10 @@ from datetime import datetime
 from typing import Any, Callable
 
 from .identity import instant_text, parse_instant
-from .model import picture as model_picture
+from .gate_model import picture as model_picture
 from .pictures import picture_differences
 from .rules import CheckResult, Rules
-from .state import StoreState
+from .state import StoreState, is_clock_anomaly, recorded_cursor
 
 RULES = Rules()
 rule_of = RULES.declare
@@ -86,9 +86,9 @@ def equivalence(picture: dict, baseline: dict) -> CheckResult:
 
 
 MODEL_AGREEMENT = rule_of("model-agreement", "Gate A as docs/protocol-notes.md reads the spec, replayed by "
-                          "testhost/judge/model.py over the same timeline (occurrences with kind, range and state, Work "
-                          "states, lifecycle, suspension reason, generation, and where the cursor stands on the "
-                          "active generation's grid)")
+                          "testhost/judge/gate_model.py over the same timeline (occurrences with kind, range and "
+                          "state, Work states, lifecycle, suspension reason, generation, and where the cursor stands "
+                          "on the active generation's grid)")
 
 
 def model_agreement(picture: dict, model) -> CheckResult:
@@ -139,14 +139,5 @@ def history_agreement(state: StoreState, schedule_ids: dict[str, Any], model) ->
         if got != expected:
             evidence.append({"schedule": name, "history": got, "model": expected})
         evidence += [{"schedule": name, "clock_anomaly_evidence_without_cursor_utc": h} for h in written
-                     if _history_event(h) == ("suspended", "clock-anomaly") and not _readable_cursor(h)]
+                     if is_clock_anomaly(h) and recorded_cursor(h) is None]
     return CheckResult("processor-history", HISTORY_ROWS, not evidence, evidence, rows)
-
-
-def _readable_cursor(row: dict) -> bool:
-    """Whether a clock-anomaly suspension's detail holds the unchanged cursor as an RFC 3339 instant."""
-    try:
-        parse_instant((row["detail"] or {})["cursor_utc"])
-        return True
-    except (KeyError, AttributeError, TypeError, ValueError):
-        return False

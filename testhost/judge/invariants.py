@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from . import ranges
 from .identity import expected_work, occurrence_key, parse_instant
-from .model import generation_of
+from .gate_model import generation_of
 from .rules import CheckResult, Rules
-from .state import StoreState
+from .state import StoreState, is_clock_anomaly, recorded_cursor
 
 RULES = Rules()
 rule_of, invariant = RULES.declare, RULES.invariant
@@ -206,12 +206,11 @@ def _suspension_cursor(state: StoreState):
     # later suspension (found by explore: anomaly, update, then a scope-generation fence) records a cursor of its own.
     latest = {h["schedule_id"]: h for h in state.history if h["event"] == "suspended"}
     for h in latest.values():
-        if h["detail"].get("reason") == "clock-anomaly":
+        if is_clock_anomaly(h):
             rows += 1
             d = state.definition(h["schedule_id"])
-            try:
-                recorded = parse_instant(h["detail"]["cursor_utc"])
-            except (KeyError, AttributeError, TypeError, ValueError):
+            recorded = recorded_cursor(h)
+            if recorded is None:
                 continue  # evidence without its cursor: `processor-history` names it
             if d["lifecycle_state"] == "suspended" and d["cursor_utc"] != recorded:
                 evidence.append({"cursor_moved_while_suspended": d, "cursor_at_suspension": recorded})

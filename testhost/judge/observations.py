@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from .identity import instant_text
-from .model import generation_of
+from .gate_model import generation_of
 from .rules import CheckResult, Rules
 from .state import StoreState
 

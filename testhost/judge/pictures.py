@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .identity import instant_text, parse_instant
-from .model import cursor_instant, generation_of
+from .gate_model import cursor_instant, generation_of
 from .state import StoreState
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from .identity import instant_text, parse_instant
-from .model import generation_of
+from .gate_model import generation_of
 from .rules import Rules
-from .state import StoreState
+from .state import StoreState, is_clock_anomaly, recorded_cursor
 
 RULES = Rules()
 invariant = RULES.invariant
@@ -23,16 +23,14 @@ def _anomaly_past_window(state: StoreState):
     evidence = []
     rows = 0
     for h in state.history:
-        detail = h["detail"] or {}
-        if h["event"] != "suspended" or detail.get("reason") != "clock-anomaly":
+        if not is_clock_anomaly(h):
             continue
         rows += 1
         d = state.definition(h["schedule_id"])
         g = state.generation(h["schedule_id"], h["generation"] if h.get("generation") is not None
                              else d["active_generation"])
-        try:
-            cursor = parse_instant(detail["cursor_utc"])
-        except (KeyError, AttributeError, TypeError, ValueError):
+        cursor = recorded_cursor(h)
+        if cursor is None:
             cursor = d["cursor_utc"]  # PROTOCOL.md asks for detail.cursor_utc; the cursor stayed put regardless
         if g is None or h["recorded_at_utc"] <= cursor:
             continue  # a cutoff at or behind the cursor: `behind-cursor-no-op` judges it
@@ -55,11 +53,10 @@ def _behind_cursor(state: StoreState):
     rows = 0
     for h in state.history:
         detail = h["detail"] or {}
-        if h["event"] == "suspended" and detail.get("reason") == "clock-anomaly":
+        if is_clock_anomaly(h):
             rows += 1
-            try:
-                cursor = parse_instant(detail["cursor_utc"])
-            except (KeyError, AttributeError, TypeError, ValueError):
+            cursor = recorded_cursor(h)
+            if cursor is None:
                 cursor = state.definition(h["schedule_id"])["cursor_utc"]
             if h["recorded_at_utc"] <= cursor:
                 evidence.append({"suspended_with_cutoff_behind_cursor": h, "cursor_utc": instant_text(cursor)})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scenarios.model import T0, Scenario, Step
+from scenarios.scenario import T0, Scenario, Step
 from scenarios.steps import STEPS
 
-from .model import Model
+from .gate_model import Model
 from .step_replays import REPLAYS
 
 

@@ -8,6 +8,8 @@ from datetime import datetime
 import psycopg
 from psycopg.rows import dict_row
 
+from .identity import parse_instant
+
 TABLES = {
     "definitions": "select * from appsurface_durable.schedule_definitions order by schedule_id",
     "generations": "select * from appsurface_durable.schedule_generations order by schedule_id, generation",
@@ -48,6 +50,20 @@ class StoreState:
 
     def work_by_id(self) -> dict:
         return {w["work_id"]: w for w in self.work}
+
+
+def is_clock_anomaly(row: dict) -> bool:
+    """Whether a history row is a `clock-anomaly` suspension."""
+    return row["event"] == "suspended" and (row["detail"] or {}).get("reason") == "clock-anomaly"
+
+
+def recorded_cursor(row: dict) -> datetime | None:
+    """The cursor a suspension row's detail records (`cursor_utc`, an RFC 3339 instant); None where it is missing or
+    unreadable (`processor-history` judges such a row)."""
+    try:
+        return parse_instant((row["detail"] or {})["cursor_utc"])
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def read_state(owner: "str | psycopg.Connection") -> StoreState:

@@ -11,10 +11,10 @@ import copy
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from scenarios.model import Step, relative
+from scenarios.scenario import Step, relative
 from scenarios.steps import STEPS, during_step, pass_denial
 
-from .model import Generation
+from .gate_model import Generation
 
 
 class StepReplay:

@@ -10,7 +10,7 @@ from datetime import datetime
 from itertools import combinations
 
 from .pictures import comparable
-from .model import Model, picture
+from .gate_model import Model, picture
 
 # Beyond this many schedules claimed by the interrupted pass, only the tails of its claim order are branched (a
 # pass decides in claim order, so a fault leaves a tail of it); the catalog's passes claim at most a few.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reports.render import remove_outputs
 from scenarios.matrix import CasePlan
-from scenarios.model import Scenario
+from scenarios.scenario import Scenario
 
 from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT
 from testhost.impl import provenance

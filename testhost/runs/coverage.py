@@ -132,7 +132,7 @@ def edge_problems(edge, proofs: dict[str, tuple[str, ...]] | None = None) -> lis
     it, a mutant breaking its sentence there (and certification.md citing that mutant under the sentence)."""
     from scenarios.generate import MOTIFS, SWARM
     from scenarios.hostile import sweep
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
 
     from .edges import HOSTILE, SCHEMA_STAGE
     proofs = proofs if proofs is not None else mutant_rules()
@@ -166,7 +166,7 @@ def known_names() -> dict[str, set[str]]:
     rules (or a reference migration)."""
     from barriers.schema import SCHEMA_RULE
     from mutants.catalog import MUTANTS
-    from scenarios.model import load_catalog
+    from scenarios.scenario import load_catalog
     from variants.catalog import VARIANTS
 
     from testhost.judge.registry import CHECKS

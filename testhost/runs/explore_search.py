@@ -15,7 +15,7 @@ from hypothesis.reporting import with_reporter
 
 from scenarios.generate import EDGE_MOTIFS, motif_programs, program_name, scenario_programs, scenario_toml
 from scenarios.matrix import CasePlan, expand
-from scenarios.model import parse
+from scenarios.scenario import parse
 
 from testhost.case.runner import run_case
 from testhost.faults.catalog import FAULTS

@@ -178,7 +178,7 @@ class HostileRun:
         self.identity = ""  # the implementation's, as its first hello said (kept after close)
 
     def start(self) -> None:
-        from scenarios.model import T0, parse
+        from scenarios.scenario import T0, parse
 
         from scenarios.matrix import CasePlan
         from testhost.case.runner import SCOPE, CaseRun, store_pool

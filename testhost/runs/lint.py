@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from barriers.catalog import PROCESSOR_TRANSACTIONS
-from scenarios.model import Scenario, Step, T0
+from scenarios.scenario import Scenario, Step, T0
 from scenarios.steps import STEPS
 
 from testhost.judge.pictures import comparable
-from testhost.judge.model import picture
+from testhost.judge.gate_model import picture
 from testhost.judge.replay import Replay
 from testhost.judge.timelines import left_undecided
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mutants import MUTANTS, Mutant, migrations_dir
 from scenarios.matrix import CasePlan, expand, select
-from scenarios.model import load_catalog
+from scenarios.scenario import load_catalog
 
 from testhost.case.runner import REFERENCE_COMMAND
 from testhost.faults.catalog import FAULTS

@@ -16,7 +16,7 @@ from typing import Callable
 
 from barriers import CATALOG
 from scenarios.matrix import matches, patterns, select
-from scenarios.model import Scenario, load_catalog
+from scenarios.scenario import Scenario, load_catalog
 
 from testhost.case.runner import REFERENCE_COMMAND, CasePlan
 from testhost.errors import TestHostError

@@ -17,7 +17,7 @@ from reports import counted, diagnosis, report as reports
 from reports.render import render as render_all
 from scenarios.instances import format_offset
 from scenarios.matrix import patterns
-from scenarios.model import Scenario
+from scenarios.scenario import Scenario
 
 from testhost.case.runner import CasePlan
 from testhost.impl.forkserver import module_command

@@ -9,7 +9,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from scenarios.model import ScenarioError, parse
+from scenarios.scenario import ScenarioError, parse
 
 from testhost.errors import TestHostError
 

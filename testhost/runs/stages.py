@@ -13,7 +13,7 @@ from pathlib import Path
 from barriers import required_of
 from reports import counted
 from scenarios.matrix import barrier_sequence, expand
-from scenarios.model import Scenario
+from scenarios.scenario import Scenario
 
 from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT, CaseOutcome, CasePlan
 from testhost.faults.catalog import FAULTS

@@ -11,7 +11,7 @@ from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
-from scenarios.model import Scenario, load_catalog
+from scenarios.scenario import Scenario, load_catalog
 
 from testhost.case.runner import CasePlan, run_case
 from testhost.impl import implementation

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 
-# Every table a client command may write, read whole before and after a step the scenario expects refused.
-WRITTEN_BY_COMMANDS = ("schedule_commands", "schedule_definitions", "schedule_generations", "schedule_occurrences",
-                       "schedule_history", "schedule_dispatch", "schedule_dispatch_timing", "work_items")
-ROWS_SQL = "select json_build_object(" + ", ".join(
-    f"'{t}', (select coalesce(json_agg(r order by r::text), '[]') from appsurface_durable.{t} r)"
-    for t in WRITTEN_BY_COMMANDS) + ") as rows"
+# Every table a client command may write, read whole before and after a step the scenario expects refused, in the one
+# statement the bridge-role checks read with too.
+from barriers.schema import ROWS_SQL, WRITABLE_TABLES as WRITTEN_BY_COMMANDS
 
 
 def rows(conn) -> dict[str, set[str]]:
