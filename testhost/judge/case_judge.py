@@ -17,8 +17,8 @@ from .contract_notes import settle, targeted as targeted_contract
 from .expectations import history_agreement, model_agreement
 from .fault_checks import (FATE_ABORTED, FATE_COMMITTED, PLANNED_FAULT_FIRED, cancel_retried, client_deadline,
                            crash_durability, outcome_honesty, stall_took_over)
-from .invariants import universal
 from .gate_model import picture as model_picture
+from .invariants import universal
 from .observations import (beside_barrier_reached, coalesced_forward, cursor_high_water, definition_revision,
                            fence_locked_beside, fence_seen, generations_unchanged, idle_cursor,
                            one_pending_coalesced_seen, pass_decides_due, passive_processor, requeue_kept)
