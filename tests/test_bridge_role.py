@@ -13,6 +13,7 @@ import pytest
 from scenarios.matrix import CasePlan, expand
 from scenarios.scenario import ScenarioError, load_catalog, parse
 from scenarios.steps import pass_denial
+from testhost.case import role_changes
 from testhost.judge import bridge_role
 from testhost.judge.registry import CHECKS
 from testhost.faults.catalog import FAULTS
@@ -276,11 +277,11 @@ def test_a_store_whose_grant_did_not_come_back_is_not_reused(world):
     try:
         snapshot = Snapshot.of(store)
         with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
-            bridge_role.set_privilege(conn, "set-local-scope", granted=False)
-            bridge_role.set_privilege(conn, "set-local-scope", granted=True)
+            role_changes.set_privilege(conn, "set-local-scope", granted=False)
+            role_changes.set_privilege(conn, "set-local-scope", granted=True)
         reset_store(store, snapshot)  # restored: the same schema digest, reused
         with psycopg.connect(store.owner_dsn, autocommit=True) as conn:
-            bridge_role.set_privilege(conn, "set-local-scope", granted=False)
+            role_changes.set_privilege(conn, "set-local-scope", granted=False)
         with pytest.raises(StoreChanged, match="schema digest"):
             reset_store(store, snapshot)
     finally:
@@ -307,14 +308,14 @@ def test_the_host_reads_on_the_server_whether_a_denial_holds(world):
     from psycopg.rows import dict_row
     store = new_store(world)
     try:
-        bridge_role.ensure_member(world)
-        bridge_role.ensure_member(world)  # idempotent: looked up at every start
+        role_changes.ensure_member(world)
+        role_changes.ensure_member(world)  # idempotent: looked up at every start
         with psycopg.connect(store.owner_dsn, autocommit=True, row_factory=dict_row) as conn:
-            assert bridge_role.denial_in_effect(conn, "member") is None
-            assert "still holds execute on function" in bridge_role.denial_in_effect(conn, "set-local-scope")
-            bridge_role.set_privilege(conn, "set-local-scope", granted=False)
-            assert bridge_role.denial_in_effect(conn, "set-local-scope") is None
-            bridge_role.set_privilege(conn, "set-local-scope", granted=True)
+            assert role_changes.denial_in_effect(conn, "member") is None
+            assert "still holds execute on function" in role_changes.denial_in_effect(conn, "set-local-scope")
+            role_changes.set_privilege(conn, "set-local-scope", granted=False)
+            assert role_changes.denial_in_effect(conn, "set-local-scope") is None
+            role_changes.set_privilege(conn, "set-local-scope", granted=True)
         with psycopg.connect(store.dsn(bridge_role.MEMBER), autocommit=True) as member:
             assert member.execute("select current_user, pg_has_role(current_user, "
                                   "'appsurface_durable_runtime', 'USAGE')").fetchone() == (bridge_role.MEMBER, True)

@@ -12,6 +12,8 @@ from barriers.catalog import PROCESSOR_TRANSACTIONS
 from testhost.faults.catalog import FAULTS, Injection
 from testhost.impl.implementation import TIMEOUT, Implementation
 
+from . import role_changes
+
 # Barriers reached only once a schedule's decision has committed in this pass.
 DECIDED_AT = {"schedule-decision-after-commit", "schedule-work-after-acceptance", "schedule-bridge-before-commit",
               "schedule-link-after-commit"}
@@ -61,7 +63,7 @@ class BarrierDesk:
                 case.bridge_clock.after_fault(impl, name, context, case.plan.fault)
         demotions, cancels = case.facts.demotions, case.facts.cancel_plans
         if demotions:  # the runtime role taken from the login after a committed decision, before the reply
-            demotions[-1].at_barrier(case, impl, name, context)
+            role_changes.demote_at_barrier(demotions[-1], case, impl, name, context)
         # After any fault at this barrier: a cancel rides on the reply the implementation gets once it goes on.
         return cancels[-1].at_barrier(case, impl, name, context) if cancels else None
 

@@ -14,6 +14,8 @@ from scenarios.steps import during_step, pass_denial, pass_limit
 from testhost.faults.cancel_pass import CancelPlan
 from testhost.judge import bridge_role
 
+from . import role_changes
+
 
 class Passes:
     """How a case runs a pass step, and what the model takes from it."""
@@ -108,12 +110,12 @@ class Passes:
         try:
             with case.owner() as conn:
                 if revoked:
-                    bridge_role.set_privilege(conn, denial, granted=False)
-                not_in_effect = bridge_role.denial_in_effect(conn, denial)
+                    role_changes.set_privilege(conn, denial, granted=False)
+                not_in_effect = role_changes.denial_in_effect(conn, denial)
                 due = conn.execute("select exists (select 1 from appsurface_durable.schedule_dispatch_timing "
                                    "where claimable_at_utc <= clock_timestamp()) as due").fetchone()["due"]
-                before = bridge_role.rows(conn)
-            offset = bridge_role.log_offset(case.world) if revoked else None
+                before = role_changes.rows(conn)
+            offset = role_changes.log_offset(case.world) if revoked else None
             fired_before = case.injection is not None
             case.requests.expecting = True
             try:
@@ -121,12 +123,12 @@ class Passes:
             finally:
                 case.requests.expecting = False
             with case.owner() as conn:
-                after = bridge_role.rows(conn)
-            refused = bridge_role.denials_logged(case.world, offset, denial) if revoked else None
+                after = role_changes.rows(conn)
+            refused = role_changes.denials_logged(case.world, offset, denial) if revoked else None
         finally:
             if revoked:
                 with case.owner() as conn:
-                    bridge_role.set_privilege(conn, denial, granted=True)
+                    role_changes.set_privilege(conn, denial, granted=True)
         case.requests.note_response(response, "process-due", label)
         self.leases_left(before, after)
         case.note("denied-pass", denial=denial, due=due, not_in_effect=not_in_effect, denied_statements=refused)
@@ -143,7 +145,7 @@ class Passes:
         case = self.case
         demotion = bridge_role.Demotion(step.index + 1, label, case.store.dbname)
         case.facts.demotions.append(demotion)
-        demotion.start(case)
+        role_changes.start_demotion(demotion, case)
         case.model.pass_(case.world.clock.now(), 1, bridges=False)
         fired_before, response = case.injection is not None, None
         # an answer that may be a refusal: its window is not a clean pass's
@@ -152,7 +154,7 @@ class Passes:
             response = case.requests.ask(case.impls[label], "process-due", request)
         finally:
             case.requests.expecting = demotion.armed = False
-            demotion.end(case, response, faulted=not fired_before and case.injection is not None)
+            role_changes.end_demotion(demotion, case, response, faulted=not fired_before and case.injection is not None)
         case.requests.note_response(response, "process-due", label)
         if demotion.after is not None:
             self.leases_left(demotion.before, demotion.after)

@@ -43,7 +43,7 @@ from testhost.world.sessions import KeptSession
 from testhost.world.store import Store, StorePool
 from testhost.world.worlds import CLOCK, NETWORK, World
 
-from . import diagnosis_facts
+from . import diagnosis_facts, role_changes
 from .barrier_facts import BarrierFacts
 from .beside import BesideSteps
 from .client import SCOPE, HostClient
@@ -239,9 +239,9 @@ class CaseRun:
         runtime_user = RUNTIME
         if instance is not None and instance.runtime_login is not None:
             runtime_user = bridge_role.LOGIN_ROLES[instance.runtime_login]
-            bridge_role.ensure_member(self.world, runtime_user)
+            role_changes.ensure_member(self.world, runtime_user)
             if runtime_user == bridge_role.DEFAULT_ROLE_LOGIN:  # its sessions in this store begin as the runtime role
-                bridge_role.set_default_role(self.world, self.store.dbname, runtime=True)
+                role_changes.set_default_role(self.world, self.store.dbname, runtime=True)
                 self.default_role_set = True
         self.runtime_logins.add(runtime_user)
         env = adapter_environment(self.store.dsn(runtime_user, proxied=proxied),
@@ -378,7 +378,7 @@ class CaseRun:
                 self.world.cluster.restart()
             if self.store is not None and self.default_role_set:
                 try:  # the store goes back to the pool without the login's default role
-                    bridge_role.set_default_role(self.world, self.store.dbname, runtime=False)
+                    role_changes.set_default_role(self.world, self.store.dbname, runtime=False)
                 except Exception:  # noqa: BLE001 - only that login reads it, and a later case sets it again
                     pass
             if self.store is not None:
