@@ -20,6 +20,7 @@ from scenarios.scenario import load_catalog
 from testhost.faults.catalog import DEADLINE_COVER, DEADLINE_MARGIN_S, FAULTS
 from testhost.judge.registry import CHECKS, registered_rules
 
+
 def render() -> str:
     """barriers/PROTOCOL.md as it must read."""
     catalog = load_catalog()
