@@ -147,11 +147,8 @@ def _class(name: str) -> str:
     return f"{rule_class.kind}" + (f" ({notes})" if notes and rule_class.kind != SPEC else "")
 
 
-def render(checks: Mapping[str, str], faults: Mapping[str, Fault], *, migrations: Sequence[str],
-           deadline_scenarios: Sequence[str], deadline_margin_s: float, bridge_clock_scenarios: Sequence[str]) -> str:
-    """The page, listing `checks` (every check's rule by its name) and `faults` (by name), naming the reference's
-    `migrations` (file names), the `deadline_scenarios` whose lost COMMIT replies are held past the client deadline,
-    by `deadline_margin_s` at most, and the `bridge_clock_scenarios` that move the server clock inside a bridge."""
+def _opening() -> list[str]:
+    """The page's title and how the TestHost runs an implementation: processes, clock, outcomes, timeouts."""
     out = [
         "# The crashproof adapter protocol",
         "",
@@ -221,14 +218,25 @@ def render(checks: Mapping[str, str], faults: Mapping[str, Fault], *, migrations
         "## Messages",
         "",
     ]
+    return out
+
+
+def _messages() -> list[str]:
+    """Every wire message with its fields and an example."""
+    out: list[str] = []
     for message in MESSAGES:
         out += [f"### `{message.type}` ({message.direction})", "", message.meaning + ".", ""]
         out += _fields(message.fields)
         out += ["```json", message.example, "```", ""]
-    out += ["## Operations", "",
-            "`process-due` is mandatory. The others are optional: list the ones you implement in `hello`. For any "
-            "you do not, the host performs the step itself through the fallback named below, over the normative "
-            "schema, and the certificate says so.", ""]
+    return out
+
+
+def _operations() -> list[str]:
+    """Every operation, mandatory or optional, with its arguments, value and fallback."""
+    out = ["## Operations", "",
+           "`process-due` is mandatory. The others are optional: list the ones you implement in `hello`. For any "
+           "you do not, the host performs the step itself through the fallback named below, over the normative "
+           "schema, and the certificate says so.", ""]
     for op in OPERATIONS:
         out += [f"### `{op.name}` ({'mandatory' if op.mandatory else 'optional'})", "", op.meaning + ".", ""]
         out += _fields(op.args)
@@ -237,50 +245,77 @@ def render(checks: Mapping[str, str], faults: Mapping[str, Fault], *, migrations
             out += [f"Fallback when not implemented: {op.fallback}.", ""]
         if op.name == "process-due":
             out += _counts()
-    out += _problems()
-    out += ["## Barriers", "",
-            "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
-            "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "
-            "`inside` barriers mid-transaction. A barrier of an operation you offer that you never reach in a "
-            "scenario where the reference reaches it fails that case (a planned barrier that never fired). A barrier "
-            "of an operation you do not offer is the fallback's: it is neither required of you nor planned, and the "
-            "report lists it as skipped with that reason.", "",
-            "| barrier | operation | transaction | position | durable if the process dies here |",
-            "|---|---|---|---|---|"]
+    return out
+
+
+def _barriers() -> list[str]:
+    """The barrier catalog and where each barrier comes."""
+    out = ["## Barriers", "",
+           "Report each barrier when your code reaches it. Names are exact. `before-commit` barriers come after the "
+           "transaction's last write and before its COMMIT; `after-commit` barriers right after COMMIT returns; "
+           "`inside` barriers mid-transaction. A barrier of an operation you offer that you never reach in a "
+           "scenario where the reference reaches it fails that case (a planned barrier that never fired). A barrier "
+           "of an operation you do not offer is the fallback's: it is neither required of you nor planned, and the "
+           "report lists it as skipped with that reason.", "",
+           "| barrier | operation | transaction | position | durable if the process dies here |",
+           "|---|---|---|---|---|"]
     out += [f"| `{b.name}`{' (spec)' if b.from_spec else ''} | `{b.operation}` | {b.transaction} | {b.position} | "
             f"{b.durable_if_killed_here} |" for b in CATALOG]
-    out += _faults(faults)
-    out += ["## Deterministic Work identity", "",
-            "The checks recompute the Work identity of every materialized occurrence and compare it with your link "
-            "and your Work row:", "",
-            "```",
-            "canonical = scope_id | schedule_id | generation | kind | first_nominal_utc as YYYY-MM-DDTHH:MM:SS.ffffffZ",
-            "work_id   = UUIDv8 of the first 16 bytes of SHA-256(\"appsurface-durable/schedule-work/v1|\" + canonical)",
-            "            (byte 6: version 8 in the high nibble; byte 8: variant 10 in the two high bits)",
-            "idempotency_key = \"schedule-occurrence/v1|\" + canonical",
-            "activity  = \"schedule/<schedule_id>/g<generation>/<kind>\"",
-            "command   = the generation's target command",
-            "```", ""]
-    out += _normative(checks, migrations, deadline_scenarios, deadline_margin_s, bridge_clock_scenarios)
-    out += ["## Certifying your own schema", "",
-            "By default the database holds the reference's migrations. A product that ships its own passes them with "
-            "`crashproof certify --migrations DIR` (numbered files `0001_name.sql`, `0002_name.sql`, ... without gaps; "
-            "only the resulting schema counts, not the file names). The TestHost applies them in order as the "
-            "migration owner, after the role recipe, and builds every case's store from them. Before any case runs, "
-            "a schema stage checks the result; it is the case `schema-stage` of the report, with one check per rule, "
-            "and any finding fails the run (the cases still run and are reported). A directory that is missing or "
-            "empty, or a file the server refuses, ends the run at once with a one-line error naming the file and the "
-            "server's message, and nothing left behind.", "",
-            "| check | class | since | rule |", "|---|---|---|---|",
-            *[f"| `{r.name}` | {_class(r.name)} | {settled(r.name)} | {r.rule} |" for r in SCHEMA_RULES], ""]
-    out += _schema_surface()
-    out += ["## A store without migration 0004", "",
-            "Every run whose `--scenario` filter matches `schema-version` (every run without a filter) also runs the "
-            "case `schema-version`: your implementation, started as in any case, on a store holding only the "
-            "reference's migrations 0001-0003 (Work and Flow, runtime version 3) and the scope `schema-version`. The "
-            "host sends `process-due` (and `create` when your hello declares it). Each must answer `fail` with an "
-            "`error` whose `message` says why and whose `retriable` is `false` (no retry succeeds before an operator "
-            "applies 0004; a missing table or function's SQLSTATE is enough, you need not read the migration "
-            "record), report no barrier, and change no row of the store (`schema-version-refused`). The case reaches "
-            "no barrier, so no faulted case follows it.", ""]
-    return "\n".join(out)
+    return out
+
+
+def _work_identity() -> list[str]:
+    """How the checks recompute a materialized occurrence's Work identity."""
+    out = ["## Deterministic Work identity", "",
+           "The checks recompute the Work identity of every materialized occurrence and compare it with your link "
+           "and your Work row:", "",
+           "```",
+           "canonical = scope_id | schedule_id | generation | kind | first_nominal_utc as YYYY-MM-DDTHH:MM:SS.ffffffZ",
+           "work_id   = UUIDv8 of the first 16 bytes of SHA-256(\"appsurface-durable/schedule-work/v1|\" + canonical)",
+           "            (byte 6: version 8 in the high nibble; byte 8: variant 10 in the two high bits)",
+           "idempotency_key = \"schedule-occurrence/v1|\" + canonical",
+           "activity  = \"schedule/<schedule_id>/g<generation>/<kind>\"",
+           "command   = the generation's target command",
+           "```", ""]
+    return out
+
+
+def _own_schema() -> list[str]:
+    """What `--migrations DIR` does and the schema stage's rules."""
+    out = ["## Certifying your own schema", "",
+           "By default the database holds the reference's migrations. A product that ships its own passes them with "
+           "`crashproof certify --migrations DIR` (numbered files `0001_name.sql`, `0002_name.sql`, ... without gaps; "
+           "only the resulting schema counts, not the file names). The TestHost applies them in order as the "
+           "migration owner, after the role recipe, and builds every case's store from them. Before any case runs, "
+           "a schema stage checks the result; it is the case `schema-stage` of the report, with one check per rule, "
+           "and any finding fails the run (the cases still run and are reported). A directory that is missing or "
+           "empty, or a file the server refuses, ends the run at once with a one-line error naming the file and the "
+           "server's message, and nothing left behind.", "",
+           "| check | class | since | rule |", "|---|---|---|---|",
+           *[f"| `{r.name}` | {_class(r.name)} | {settled(r.name)} | {r.rule} |" for r in SCHEMA_RULES], ""]
+    return out
+
+
+def _without_0004() -> list[str]:
+    """The `schema-version` case: a store without migration 0004."""
+    out = ["## A store without migration 0004", "",
+           "Every run whose `--scenario` filter matches `schema-version` (every run without a filter) also runs the "
+           "case `schema-version`: your implementation, started as in any case, on a store holding only the "
+           "reference's migrations 0001-0003 (Work and Flow, runtime version 3) and the scope `schema-version`. The "
+           "host sends `process-due` (and `create` when your hello declares it). Each must answer `fail` with an "
+           "`error` whose `message` says why and whose `retriable` is `false` (no retry succeeds before an operator "
+           "applies 0004; a missing table or function's SQLSTATE is enough, you need not read the migration "
+           "record), report no barrier, and change no row of the store (`schema-version-refused`). The case reaches "
+           "no barrier, so no faulted case follows it.", ""]
+    return out
+
+
+def render(checks: Mapping[str, str], faults: Mapping[str, Fault], *, migrations: Sequence[str],
+           deadline_scenarios: Sequence[str], deadline_margin_s: float, bridge_clock_scenarios: Sequence[str]) -> str:
+    """The page, listing `checks` (every check's rule by its name) and `faults` (by name), naming the reference's
+    `migrations` (file names), the `deadline_scenarios` whose lost COMMIT replies are held past the client deadline,
+    by `deadline_margin_s` at most, and the `bridge_clock_scenarios` that move the server clock inside a bridge."""
+    return "\n".join([*_opening(), *_messages(), *_operations(), *_problems(), *_barriers(), *_faults(faults),
+                      *_work_identity(),
+                      *_normative(checks, migrations, deadline_scenarios, deadline_margin_s, bridge_clock_scenarios),
+                      *_own_schema(), *_schema_surface(), *_without_0004()])
