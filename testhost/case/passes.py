@@ -63,8 +63,8 @@ class Passes:
             else:
                 if beside is not None:  # the model as it stood before the pass, should the step beside it come first
                     case.beside.current = {"barrier": beside[0], "hit": beside[1], "step": beside[2], "seen": 0,
-                                    "outcome": None, "model_before": copy.deepcopy(case.model), "cutoff": cutoff,
-                                    "limit": model_limit}
+                                           "outcome": None, "model_before": copy.deepcopy(case.model),
+                                           "cutoff": cutoff, "limit": model_limit}
                 # The model first: a fault inside the pass branches it there, and its recovery drains on top.
                 # More schedules due than the pass may claim: which it claims is the store's to say (31p).
                 choosing = beside is None and len(labels) == 1 and len(case.model.schedules) > model_limit \
