@@ -50,9 +50,9 @@ class CaseRecord:
     drained_at: datetime | None = None  # the server clock at the last drain
     barrier_facts: BarrierJudgement = field(default_factory=BarrierJudgement)  # reads at the processor barriers
     injection: Any = None  # the fault injected, once it fired (testhost/faults/catalog.py Injection)
-    # Known only once the case is over: the clock moves of a bridge (faults/bridge_clock.py), the barriers each started
-    # copy reported outside a request, what the server did with the transaction open at the faulted barrier, and the
-    # first copy's hello.
+    # Taken once the case is over: the clock moves of a bridge (faults/bridge_clock.py), every copy started with the
+    # barriers it reported outside a request, and what the server did with the transaction open at the faulted
+    # barrier. The first copy's hello is taken when it starts (it names the contract the copy targets).
     clock_moves: list = field(default_factory=list)
     clock_holds: list = field(default_factory=list)
     bridge_clock_planned: bool = False
