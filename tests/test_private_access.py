@@ -18,6 +18,9 @@ NO_PUBLIC_WAY = {
     # The worker processes of a ProcessPoolExecutor (to signal them) and its manager thread (to join it).
     ("testhost/runs/pool.py", "_processes"),
     ("testhost/runs/pool.py", "_executor_manager_thread"),
+    # How a multiprocessing context's Process starts its child (each of multiprocessing's contexts overrides it):
+    # the spawn with SIGINT blocked.
+    ("testhost/runs/pool.py", "_Popen"),
     # pytest's cache of ini values: setting cache_dir from a plugin (tests/test_pytest_plugin.py guards it).
     ("testhost/pytest_plugin.py", "_inicache"),
 }

@@ -96,7 +96,7 @@ def _run(options: Options, scenarios: list[Scenario], wanted: list[CasePlan], lo
         try:
             signals.check()
             pool = signals.pool = new_pool(options)
-            run.environment.update(harness_result(pool.executor.submit(workers.environment), "the worlds' start"))
+            run.environment.update(harness_result(pool.submit(workers.environment), "the worlds' start"))
             _fault_free(options, scenarios, pool, log_dir, signals, run)
             _faulted(options, scenarios, wanted, pool, log_dir, signals, run)
             signals.armed = False

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import queue as queues
 import random
@@ -32,7 +31,7 @@ from . import workers
 from .explore_search import PROFILES, Profile, Search, Stats
 from .hostile_phase import TARGETS, targets_text
 from .options import SCHEMA_STAGE_ID, Options as CertifyOptions, preflight
-from .pool import Pool, RunStopped, StopSignals, executors
+from .pool import Pool, RunStopped, StopSignals, executors, spawn_context
 from .run_report import SUITE
 from .stages import build_stage
 
@@ -306,7 +305,7 @@ def _search(options: Options, profile: Profile, jobs: list[dict], log_dir: Path,
     not end (a stop signal, or the harness failing)."""
     mode = {"dsn": options.dsn, "docker": options.docker, "launcher": options.launcher, "catalog": [],
             "with_builtin": False}
-    context = multiprocessing.get_context("spawn")
+    context = spawn_context()
     manager = context.Manager()
     updates = manager.Queue()
     stop, watcher = _watch(updates, options, profile, started)
@@ -318,7 +317,7 @@ def _search(options: Options, profile: Profile, jobs: list[dict], log_dir: Path,
             # A spawned command's first start, before any program runs (a launcher that builds on it builds there).
             build_stage(CertifyOptions(command=options.command, launcher=options.launcher,
                                        migrations=options.migrations, progress=options.progress), pool, log_dir)
-            futures = [pool.executor.submit(_job, job, updates) for job in jobs]
+            futures = [pool.submit(_job, job, updates) for job in jobs]
             results = [future.result() for future in futures]
             signals.armed = False
             pool.close()

@@ -3,16 +3,17 @@ a worker's death survived, and a stop signal or --fail-fast turned into RunStopp
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing import resource_tracker
-from typing import Callable
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Callable, Iterator
 
 from reports import counted
 
@@ -48,6 +49,34 @@ def harness_result(future, what: str):
         raise RunStopped(why=f"the harness failed during {what}: {type(exc).__name__}: {exc}", harness=True) from None
 
 
+class QuietSpawnProcess(SpawnProcess):
+    """A spawned process that starts with SIGINT blocked. A terminal's interrupt goes to the whole group, and a
+    child still importing (multiprocessing's spawn_main) would die of it with a KeyboardInterrupt traceback on the
+    run's stderr; blocked, it waits until the worker's own handlers are in (workers.start unblocks it). The block
+    is inherited across the spawn's exec, as multiprocessing's resource tracker relies on."""
+
+    @staticmethod
+    def _Popen(process_obj):
+        # The tracker's first start unblocks SIGINT on its way out: it must not happen inside the block.
+        resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return SpawnProcess._Popen(process_obj)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class QuietSpawnContext(SpawnContext):
+    """multiprocessing's spawn context, its processes started with SIGINT blocked (QuietSpawnProcess)."""
+
+    Process = QuietSpawnProcess
+
+
+def spawn_context() -> QuietSpawnContext:
+    """The context every worker (and explore's queue manager) is spawned with."""
+    return QuietSpawnContext()
+
+
 class Pool:
     """The worker pool of a run, kept across its phases; renewed only when a worker dies."""
 
@@ -55,6 +84,17 @@ class Pool:
         self.factory = factory
         self.jobs = jobs  # the workers of each executor the factory makes (its max_workers)
         self.executor = factory()
+        self.signals: StopSignals | None = None  # the run's, once it watches this pool (StopSignals.pool)
+
+    def submit(self, fn: Callable, *args) -> Future:
+        """The executor's submit, with a stop signal held while it may be starting a worker: RunStopped raised in
+        the middle of a start would leave a worker the executor has not registered, which abort() cannot reach.
+        A signal that came meanwhile is raised once the work is submitted."""
+        signals = self.signals or NO_SIGNALS
+        with signals.held():
+            future = self.executor.submit(fn, *args)
+        signals.check()
+        return future
 
     def renew(self) -> None:
         self._let_go(self.executor)
@@ -105,8 +145,29 @@ class StopSignals:
     def __init__(self):
         self.signum: int | None = None
         self.armed = False
-        self.pool: Pool | None = None  # told to stop its workers when a second signal forces the exit
+        self._pool: Pool | None = None
+        self._held = 0  # sections where a signal is only recorded (Pool.submit), nested
         self._previous: dict = {}
+
+    @property
+    def pool(self) -> Pool | None:
+        """The run's pool: told to stop its workers when a second signal forces the exit."""
+        return self._pool
+
+    @pool.setter
+    def pool(self, pool: Pool | None) -> None:
+        self._pool = pool
+        if pool is not None:
+            pool.signals = self
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A section a stop signal must not interrupt: inside it the signal is recorded, for check() to raise."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -133,7 +194,7 @@ class StopSignals:
                 self.pool.terminate()  # each worker still kills its own world and implementations
             os._exit(128 + signum)
         self.signum = signum
-        if self.armed:
+        if self.armed and not self._held:
             raise RunStopped(signum)
 
     def check(self) -> None:
@@ -198,8 +259,8 @@ def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: st
                 suspect_running = any(p.id in broke_once for p, _ in in_flight.values())
                 if suspect_running or (plan.id in broke_once and in_flight):
                     break  # a case under suspicion runs alone, so a second break names it
-                queue.pop(0)
-                in_flight[pool.executor.submit(worker, plan, command, log_dir, baseline)] = (plan, baseline)
+                future = pool.submit(worker, plan, command, log_dir, baseline)  # a stop here: the plan is not run
+                in_flight[future] = queue.pop(0)
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             signals.check()  # a worker ended by a stop signal is no crash to retry
             broken = False
@@ -241,7 +302,7 @@ def worker_mode(options: Options) -> dict:
 
 def executors(jobs: int, mode: dict, context=None) -> Callable[[], ProcessPoolExecutor]:
     """A factory of executors of `jobs` spawned workers, each starting its world as `mode` says."""
-    context = context or multiprocessing.get_context("spawn")
+    context = context or spawn_context()
     return lambda: ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=workers.start,
                                        initargs=(mode,))
 

@@ -35,7 +35,7 @@ def schema_stage(options: Options, pool: Pool, log_dir: Path) -> list[dict]:
         return []
     from testhost.world.store import MigrationFailed
     try:
-        stage = harness_result(pool.executor.submit(workers.schema_stage, str(options.migrations)), "the schema stage")
+        stage = harness_result(pool.submit(workers.schema_stage, str(options.migrations)), "the schema stage")
     except MigrationFailed:
         shutil.rmtree(log_dir, ignore_errors=True)
         raise
@@ -51,7 +51,7 @@ def build_stage(options: Options, pool: Pool, log_dir: Path) -> dict | None:
         return None
     options.progress(f"build stage: starting {options.command} once before the cases (up to "
                      f"{implementation.TIMEOUT['build']:g} s for its first line)")
-    result = harness_result(pool.executor.submit(workers.build_stage, options.command, str(log_dir),
+    result = harness_result(pool.submit(workers.build_stage, options.command, str(log_dir),
                                                  options.impl_cwd,
                                                  str(options.migrations) if options.migrations else None),
                             "the build stage")

@@ -10,6 +10,7 @@ import signal
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from scenarios.scenario import Scenario, load_catalog
 
@@ -38,11 +39,18 @@ def _abort(signum: int, _frame) -> None:
         os._exit(128 + signum)
 
 
+def take_stop_signals(handler: Callable[[int, object], None]) -> None:
+    """The stop signals handed to `handler`, then unblocked: a worker is spawned with SIGINT blocked
+    (pool.QuietSpawnProcess), and one that came while it started runs the handler now."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def start(mode: dict) -> None:
     """A worker's initializer: its world (a local one, --dsn's or Docker's) up, and the catalog its cases name."""
     global _world, _scenarios
-    for number in STOP_SIGNALS:
-        signal.signal(number, _abort)
+    take_stop_signals(_abort)
     from testhost.world.docker_world import docker_world
     from testhost.world.worlds import ExternalWorld, World
     set_launcher(mode.get("launcher", "fork-server"))
