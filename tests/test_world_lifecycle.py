@@ -99,6 +99,25 @@ def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
     assert _wait_no_processes(home) == []
 
 
+def test_a_tree_removed_by_many_threads_goes_whole_and_no_link_is_followed_out_of_it(tmp_path):
+    """remove_tree unlinks side by side: every file and folder goes, and a link to a folder outside the tree (a
+    tablespace's, say) is removed as a link, with what it points at kept."""
+    from testhost.world.orphans import UNLINK_THREADS, remove_tree
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("x")
+    tree = tmp_path / "data"
+    for folder in range(UNLINK_THREADS + 3):
+        (tree / "base" / str(folder)).mkdir(parents=True)
+        for name in range(40):
+            (tree / "base" / str(folder) / str(name)).write_bytes(b"page")
+    (tree / "pg_tblspc").mkdir()
+    (tree / "pg_tblspc" / "16384").symlink_to(outside)
+    (tree / "pg_tblspc" / "to-a-file").symlink_to(outside / "kept")
+    remove_tree(tree)
+    assert not tree.exists() and (outside / "kept").read_text() == "x"
+
+
 def test_a_world_folder_a_process_still_writes_in_is_removed_whole_and_the_writer_ended(tmp_path):
     """A server process that outlives its cluster's kill for a moment refills the data directory as it is removed;
     the removal ends it and goes on, and the owner record goes last."""

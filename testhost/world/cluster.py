@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ import psycopg
 from testhost.errors import ClusterStartFailed, PortInUse
 
 from .components import PostgresInstall
-from .orphans import RUN_VARIABLE
+from .orphans import RUN_VARIABLE, remove_tree
 from .ports import LOOPBACK, choose
 from .processes import die_with_parent, is_alive, kill_tree, popen
 from .workspace import Workspace
@@ -176,7 +175,7 @@ class Cluster:
 
     def destroy(self) -> None:
         self.discard()  # also after a crash: the pid file still names the segment the killed postmaster left
-        shutil.rmtree(self.datadir, ignore_errors=True)
+        remove_tree(self.datadir)
 
     # -- access ------------------------------------------------------------------------------------
 
