@@ -99,6 +99,15 @@ def test_fallback_server_binaries_from_the_wheel_run_a_world(home, monkeypatch):
     assert _wait_no_processes(home) == []
 
 
+def _a_data_directory(root: Path, folders: int = 20) -> Path:
+    tree = root / "data"
+    for folder in range(folders):
+        (tree / "base" / str(folder)).mkdir(parents=True)
+        for name in range(40):
+            (tree / "base" / str(folder) / str(name)).write_bytes(b"page")
+    return tree
+
+
 def test_a_tree_removed_by_many_threads_goes_whole_and_no_link_is_followed_out_of_it(tmp_path):
     """remove_tree unlinks side by side: every file and folder goes, and a link to a folder outside the tree (a
     tablespace's, say) is removed as a link, with what it points at kept."""
@@ -106,16 +115,39 @@ def test_a_tree_removed_by_many_threads_goes_whole_and_no_link_is_followed_out_o
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "kept").write_text("x")
-    tree = tmp_path / "data"
-    for folder in range(UNLINK_THREADS + 3):
-        (tree / "base" / str(folder)).mkdir(parents=True)
-        for name in range(40):
-            (tree / "base" / str(folder) / str(name)).write_bytes(b"page")
+    tree = _a_data_directory(tmp_path, folders=UNLINK_THREADS + 3)
     (tree / "pg_tblspc").mkdir()
     (tree / "pg_tblspc" / "16384").symlink_to(outside)
     (tree / "pg_tblspc" / "to-a-file").symlink_to(outside / "kept")
     remove_tree(tree)
     assert not tree.exists() and (outside / "kept").read_text() == "x"
+
+
+def test_a_tree_removed_as_the_interpreter_exits_goes_whole_without_a_traceback(tmp_path):
+    """A worker's world comes down in an atexit hook (workers.start registers World.down), where an executor
+    refuses new work: the removal must neither print a traceback nor leave the files."""
+    tree = _a_data_directory(tmp_path)
+    done = subprocess.run([sys.executable, "-c", "import atexit, sys; from pathlib import Path; "
+                           "from testhost.world.orphans import remove_tree; "
+                           "atexit.register(remove_tree, Path(sys.argv[1]))", str(tree)],
+                          cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not tree.exists()
+
+
+def test_a_tree_is_removed_whole_when_no_thread_may_start(tmp_path, monkeypatch):
+    """An interpreter that refuses new threads (3.12 and later, at exit) gets the files unlinked in the caller."""
+    import threading
+
+    from testhost.world.orphans import remove_tree
+
+    def refused(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    tree = _a_data_directory(tmp_path)
+    remove_tree(tree)
+    assert not tree.exists()
 
 
 def test_a_world_folder_a_process_still_writes_in_is_removed_whole_and_the_writer_ended(tmp_path):
