@@ -482,7 +482,7 @@ def _explore_command(sub) -> None:
                                "each failure shrunk to a scenario file", epilog=EXIT_CODES,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     exploring.add_argument("--impl", help="command line of the implementation's adapter (default: the reference)")
-    from testhost.runs.explore_search import PROFILES
+    from testhost.runs.explore_profiles import PROFILES
     exploring.add_argument("--profile", default="ci", choices=list(PROFILES), help="; ".join(
         f"{p.name}: {p.summary}" for p in PROFILES.values()))
     exploring.add_argument("--seed", type=int, help="the first job's seed (job i takes seed + i)")

@@ -29,7 +29,8 @@ from scenarios.matrix import CasePlan
 from scenarios.scenario import load_catalog, parse
 from scenarios.steps import STEPS
 from testhost.runs.explore import Options, explore, progress_line, reproduced_line
-from testhost.runs.explore_search import PROFILES, Search, _nothing_to_cancel, _vacuous
+from testhost.runs.explore_profiles import PROFILES
+from testhost.runs.explore_search import Search, _nothing_to_cancel, _vacuous
 from testhost.case.runner import REFERENCE_COMMAND, run_case
 from testhost.runs.scenario_import import case_of, import_scenario
 

@@ -287,7 +287,7 @@ def test_a_negative_hostile_budget_is_a_one_line_usage_error(tmp_path):
 
 def test_each_job_takes_its_share_of_the_hostile_calls():
     from testhost.runs.explore import hostile_share
-    from testhost.runs.explore_search import PROFILES
+    from testhost.runs.explore_profiles import PROFILES
     shares = [hostile_share(Options(jobs=3), PROFILES["ci"], i) for i in range(3)]
     assert sum(shares) == PROFILES["ci"].hostile_examples and max(shares) - min(shares) <= 1
     assert [hostile_share(Options(jobs=2, hostile=0), PROFILES["ci"], i) for i in range(2)] == [0, 0]

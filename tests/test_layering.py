@@ -9,6 +9,7 @@ inside a function or under TYPE_CHECKING counts like any other: it is a dependen
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -179,3 +180,14 @@ def test_the_layering_reading_catches_a_planted_import(tmp_path):
     mods["testhost.world.planted"] = planted
     assert "testhost.world.planted -> testhost.case.runner" in against_the_rooms(imports(mods))
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_cli_and_a_worker_start_without_hypothesis():
+    """Every CLI start and every spawned worker imports these; Hypothesis (about a third of a second of CPU each time,
+    measured with `python -X importtime`) is imported only where something is drawn: explore, the schema stage's
+    probes, the hostile phase."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, testhost.cli, testhost.runs.certify, testhost.runs.workers; "
+                               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'hypothesis'))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert loaded == "[]"

@@ -28,7 +28,8 @@ from testhost.errors import TestHostError
 from testhost.impl import provenance
 
 from . import workers
-from .explore_search import PROFILES, Profile, Search, Stats
+from .explore_profiles import PROFILES, Profile
+from .explore_search import Search, Stats
 from .hostile_phase import TARGETS, targets_text
 from .options import SCHEMA_STAGE_ID, Options as CertifyOptions, preflight
 from .pool import Pool, RunStopped, StopSignals, executors, spawn_context

@@ -30,7 +30,6 @@ from testhost.judge.contract_notes import settle
 from testhost.world.store import MigrationFailed, Store, new_store, schema_migrations
 from testhost.world.worlds import CLOCK, World
 
-from .schema_probes import CLAIM_RULE, SCOPE_RULE, ClaimProber, check_local_scope
 
 CASE_ID = "schema-stage"
 SCOPE = "schema-stage"
@@ -264,6 +263,9 @@ def _seed_due_schedule(store: Store) -> None:
 def check_behaviour(world: World, store: Store, findings: Findings) -> None:
     """The probes of testhost/runs/schema_probes.py on a store holding one due schedule: the claim function's refusals
     and grants, and the local scope's reach."""
+    # Here, not at the top: the probes draw with Hypothesis, whose import cost every CLI start and every spawned
+    # worker a third of a second of CPU when options.py (which names this module's case) imported it.
+    from .schema_probes import CLAIM_RULE, SCOPE_RULE, ClaimProber, check_local_scope
     try:
         _seed_due_schedule(store)
     except Exception as exc:  # noqa: BLE001 - the schema under test could not hold a due schedule
