@@ -20,10 +20,13 @@ setup:
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
 # Tests marked `alone` (deadlines measured on an idle machine) run after the parallel share, one at a time.
+# A run a test starts without --jobs starts one world (CRASHPROOF_JOBS): the test processes already keep every core
+# busy, and each more world of a run is a worker's start and a world's start of CPU (docs/performance.md, "The test
+# suite"). Tests that need several worlds name --jobs.
 test: setup
-	$(if $(filter 0,$(TEST_JOBS)),$(VENV)/bin/pytest $(PYTEST_ARGS),\
-	$(VENV)/bin/pytest -n $(TEST_JOBS) --dist worksteal -m "not alone" $(PYTEST_ARGS) && \
-	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS))
+	$(if $(filter 0,$(TEST_JOBS)),CRASHPROOF_JOBS=1 $(VENV)/bin/pytest $(PYTEST_ARGS),\
+	CRASHPROOF_JOBS=1 $(VENV)/bin/pytest -n $(TEST_JOBS) --dist worksteal -m "not alone" $(PYTEST_ARGS) && \
+	CRASHPROOF_JOBS=1 $(VENV)/bin/pytest -m alone $(PYTEST_ARGS))
 
 # The signal and teardown tests with every core kept busy (docs/ci.md, "Under load").
 test-under-load: setup

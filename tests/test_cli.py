@@ -210,6 +210,19 @@ def test_jobs_below_one_and_bad_selections_are_refused(home):
     _refused(_run(home, "certify", "--rerun-failed", str(home / "missing.json")), "--rerun-failed: cannot read")
     _refused(_run(home, "certify", "--fault", "kill,flood"), "no fault named 'flood'")
     _refused(_run(home, "certify", "--with-builtin"), "--with-builtin adds the built-in scenarios to a --catalog")
+    for value in ("0", "two", "-1"):
+        _refused(_run(home, "certify", CRASHPROOF_JOBS=value), f"CRASHPROOF_JOBS={value!r}: the default number of jobs")
+
+
+def test_crashproof_jobs_sets_the_default_and_jobs_given_still_wins(monkeypatch):
+    from testhost.cli import _jobs
+    from testhost.runs.options import default_jobs
+    monkeypatch.delenv("CRASHPROOF_JOBS", raising=False)
+    assert default_jobs() == (os.cpu_count() or 1) + 1
+    monkeypatch.setenv("CRASHPROOF_JOBS", "1")
+    assert default_jobs() == 1 and _jobs(None) == 1 and _jobs(4) == 4
+    monkeypatch.setenv("CRASHPROOF_JOBS", " ")  # set but empty, as a CI template may leave it: the usual default
+    assert default_jobs() == (os.cpu_count() or 1) + 1
 
 
 def test_filters_take_several_values_comma_separated_and_repeated(home):

@@ -29,11 +29,20 @@ from .schema_stage import CASE_ID as SCHEMA_STAGE_ID
 from .schema_version import CASE_ID as SCHEMA_VERSION_ID
 
 
+JOBS_VARIABLE = "CRASHPROOF_JOBS"
+
+
 def default_jobs() -> int:
-    """Worlds side by side by default: one per core, and one more. A case also waits (commits, a crashed
-    server's restart, its implementation's start and exit), and the extra world fills those waits: on 2
-    cores the full matrix took 113 and 115 s with 3 jobs against 122 and 126 s with 2, run alternately."""
-    return (os.cpu_count() or 1) + 1
+    """Worlds side by side when --jobs is not given: CRASHPROOF_JOBS, else one per core and one more. A case also
+    waits (commits, a crashed server's restart, its implementation's start and exit), and the extra world fills
+    those waits: on 2 cores the full matrix took 113 and 115 s with 3 jobs against 122 and 126 s with 2, run
+    alternately. A runner that already runs several jobs side by side (make test's test processes) sets it lower."""
+    value = os.environ.get(JOBS_VARIABLE, "").strip()
+    if not value:
+        return (os.cpu_count() or 1) + 1
+    if not value.isdigit() or int(value) < 1:
+        raise TestHostError(f"{JOBS_VARIABLE}={value!r}: the default number of jobs must be a whole number, at least 1")
+    return int(value)
 
 
 @dataclass
