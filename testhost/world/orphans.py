@@ -116,8 +116,8 @@ def _unlink_each(paths: list[str]) -> None:
 
 def remove_tree(directory: Path) -> None:
     """Remove a directory tree, its files unlinked by UNLINK_THREADS threads side by side. Just after a cluster is
-    killed, each unlink of its files waits on the file system (the journal, writeback) more than it computes: a
-    data directory's 2,400 files one after another took 1.8-9.4 s with both cores kept busy, 0.27-0.40 s this way
+    killed, each unlink of its files waits a little more than it computes: a data directory's 2,400 files one
+    after another took 1.8-9.4 s with both cores kept busy, 0.27-0.40 s this way
     (docs/ci.md, "Under load"), and a watcher has 10 s for the whole run."""
     files = [os.path.join(root, name) for root, _dirs, names in os.walk(directory) for name in names]
     threads = []
