@@ -421,8 +421,13 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
         assert browser.get_log("browser") == []
 
 
+# Alone, after the parallel share: with both cores saturated by the suite, one fresh-clone run at `b07f00f`
+# (2026-12-03) had explore stop at another program of the same seed, failing model-agreement and
+# processor-history through a clock-anomaly suspension that 0 of 2 fresh runs reproduced. Idle, the seed finds
+# the planted bug every time. That timing-dependent find is open (issue 32's closing note), not explained.
 @pytest.mark.world
 @pytest.mark.long
+@pytest.mark.alone
 def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_scenario(world, tmp_path):
     command = planted_command(tmp_path)
     # No scenario of the catalog reaches it: each fault-free run passes on the planted copy.
