@@ -439,14 +439,18 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
                                    progress=lambda line: None))
     assert code == 1
     found = report["run"]["explore"]["found"]
-    assert len(found) == 1 and any(DETERMINISTIC in c["rule"] for c in found[0]["checks"]), found
+    assert len(found) == 1, found
     path = Path(found[0]["file"])
+    program = json.loads(path.with_suffix("").with_suffix(".program.json").read_text())
+    # A failure here prints the run that failed as it failed (its checks' evidence, its timeline): the only record
+    # of a find that another run would not repeat.
+    assert any(DETERMINISTIC in c["rule"] for c in found[0]["checks"]), program["failing_run"]
     text = path.read_text()
     assert case_of(text, path.stem) == found[0]["case"]
-    program = json.loads(path.with_suffix("").with_suffix(".program.json").read_text())
     assert program["case"] == found[0]["case"] and program["steps"]
     # Run afresh twice before it was written, it failed the same checks both times, and the file says so.
-    assert found[0]["replayed"]["reproduced"] == found[0]["replayed"]["runs"] == 2, found[0]["replayed"]
+    assert found[0]["replayed"]["reproduced"] == found[0]["replayed"]["runs"] == 2, \
+        (found[0]["replayed"], program["failing_run"])
     assert "# reproduced: 2 of 2 fresh runs\n" in text
     steps = parse(path.stem, text).steps
     # The second generation comes from an update, as a step or beside a held barrier (`during`).

@@ -147,8 +147,11 @@ def test_every_renderer_shows_which_code_ran_and_merge_refuses_other_code(copy, 
 def test_a_find_records_which_code_found_it_and_a_replay_says_when_it_runs_other_code(copy, tmp_path):
     command = f"{sys.executable} -m mutants --root {copy}"
     code = provenance.resolve(command, cwd=str(tmp_path))
+    failing_check = {"name": "c", "rule": "r", "ok": False, "evidence": [{"schedule": "s1", "model": []}]}
     failure = {"case": {"id": "explore-1/schedule-link-after-commit/kill/1", "verdict": "fail", "reason": "x",
-                        "barrier": "schedule-link-after-commit", "fault": "kill", "hit": 1},
+                        "barrier": "schedule-link-after-commit", "fault": "kill", "hit": 1,
+                        "checks": [{"name": "d", "rule": "r2", "ok": True, "evidence": []}, failing_check],
+                        "timeline": [{"event": "step", "index": 0}]},
                "name": "explore-1", "checks": [{"name": "c", "rule": "r"}], "header": {},
                "steps": [{"op": "create", "schedule": "s1",
                           "spec": {"kind": "at", "at": "+60s", "target": {"command": "s1"}}}]}
@@ -162,6 +165,9 @@ def test_a_find_records_which_code_found_it_and_a_replay_says_when_it_runs_other
     assert provenance.recorded(scenario.source) == {"impl": command, **code}
     program = json.loads((out / "explore-1.program.json").read_text())
     assert program["code"] == code and program["impl"] == command
+    # The run that failed, as it failed: a find that does not reproduce afresh has no other record of its evidence.
+    assert program["failing_run"] == {"id": failure["case"]["id"], "verdict": "fail", "reason": "x",
+                                      "checks": [failing_check], "timeline": [{"event": "step", "index": 0}]}
     # Replayed with the code that found it: nothing to say; with other code (an edit, another folder): what differs.
     assert provenance.replay_notes([scenario], command, code) == []
     edited = dict(code, module_sha256="f" * 64, cwd="/elsewhere")

@@ -238,6 +238,14 @@ def reproduced_line(replayed: dict | None) -> str:
     return line
 
 
+def failing_run(case: dict) -> dict:
+    """What the run that failed showed: its verdict, each failing check's evidence and its timeline. A find that
+    did not reproduce afresh has no other record of why it failed once the report's folder is gone."""
+    return {"id": case["id"], "verdict": case["verdict"], "reason": case.get("reason", ""),
+            "checks": [c for c in case.get("checks", []) if not c.get("ok", True)],
+            "timeline": case.get("timeline", [])}
+
+
 def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: str | None,
                   stats: dict, code: dict | None = None) -> tuple[Path, str]:
     """The shrunk program as a scenario file (its case id, which code ran and the replay in comments) and as the
@@ -259,7 +267,8 @@ def write_failure(out: Path, failure: dict, seed: int, options: Options, blob: s
     program = {"case": case["id"], "scenario": failure["name"], "seed": seed, "profile": options.profile,
                "impl": options.command, "code": code, "steps": failure["steps"], "header": failure.get("header") or {}, "plan": {k: case[k] for k in ("barrier", "fault",
                                                                                                   "hit")},
-               "failed_checks": failure["checks"], "hypothesis": blob, "replayed": failure.get("replayed"),
+               "failed_checks": failure["checks"], "failing_run": failing_run(case), "hypothesis": blob,
+               "replayed": failure.get("replayed"),
                "steps_to_failure": stats.get("steps_to_failure"), "examples_to_failure": stats.get("examples_to_failure")}
     (out / f"{failure['name']}.program.json").write_text(json.dumps(program, indent=1) + "\n")
     return path, replay
