@@ -257,6 +257,13 @@ CHANGES: tuple[Change, ...] = (
     Change("6.1", "2026-12-02", (), "rule-classes", "Every rule carries its class (spec, pinned reading, adapter "
            "protocol, reference choice); the hello may name the contract it targets (`contract`), and failures of "
            "checks changed since say so", MINOR, (), "nothing: `contract` is optional"),
+    # -- 6.2 ---------------------------------------------------------------------------------------------------------
+    Change("6.2", "2026-12-03", (), "beside-pass-ran-past-an-instant", "A pass held at a barrier for a step beside "
+           "it that ran past a nominal instant is judged as any other pass that did (38e): the model accepts it "
+           "decided at the pass's end, and claimed again, with the step where it ran. Before, such a pass kept its one "
+           "cutoff, and a slow decision that skipped two instants as one recovery range failed", MINOR,
+           ("model-agreement", "processor-history"), "nothing (loosened)",
+           _n("38e An instant that falls due while a pass runs.")),
 )
 
 VERSION = max(CHANGES, key=lambda c: tuple(map(int, c.version.split(".")))).version
@@ -369,7 +376,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "transaction-fate": ("b43a26c014", "1.0"),
     "scenario-expectations": ("f6c02d5c49", "2.0"),
     "crash-equivalence": ("3959a95b46", "6.1"),
-    "model-agreement": ("6d94f338ef", "6.1"),
+    "model-agreement": ("6d94f338ef", "6.2"),
     "client-outcomes": ("62ae32b707", "1.0"),
     "step-outcomes": ("b93b7880fc", "1.0"),
     "coalesced-range-forward": ("7aaafdb31c", "1.0"),
@@ -384,7 +391,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "pass-decides-what-was-due": ("b464e68b77", "6.0"),
     "generations-never-rewritten": ("84033b0ee1", "6.0"),
     "fence-before-cursor-at-every-step": ("ff1e44805e", "2.0"),
-    "processor-history": ("379f71f3ed", "2.0"),
+    "processor-history": ("379f71f3ed", "6.2"),
     "beside-barrier-reached": ("d8762ba112", "3.0"),
     "fence-locked-beside-decision": ("424637b362", "3.0"),
     "process-counts": ("160f37734d", "3.0"),

@@ -421,10 +421,11 @@ def test_explore_passes_the_reference_and_writes_a_report_the_renderers_read(tmp
         assert browser.get_log("browser") == []
 
 
-# Alone, after the parallel share: with both cores saturated by the suite, one fresh-clone run at `b07f00f`
-# (2026-12-03) had explore stop at another program of the same seed, failing model-agreement and
-# processor-history through a clock-anomaly suspension that 0 of 2 fresh runs reproduced. Idle, the seed finds
-# the planted bug every time. That timing-dependent find is open (issue 32's closing note), not explained.
+# Alone, after the parallel share: the planted bug fires only when one pass bridges two due schedules, and under
+# a saturated machine which schedules one pass finds due is timing's. Of three explore runs at seed 0 beside the
+# parallel share (2026-12-03), all found the planted bug, one of them in a program that 0 of 2 fresh runs repeated,
+# which this test rightly refuses. (A fourth, at `b07f00f`, met a harness false failure instead: a pass held for a
+# step beside it that ran past an instant, protocol note 38e, judged right since contract 6.2.)
 @pytest.mark.world
 @pytest.mark.long
 @pytest.mark.alone

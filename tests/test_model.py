@@ -243,3 +243,54 @@ def test_a_pass_that_ran_past_an_instant_may_have_decided_it_late_or_claimed_aga
             [("recovery", 7, 37, "materialized"), ("coalesced", 67, 67, "pending")],  # claimed again after it
         ], kind
         assert timelines.left == [frozenset()] * 3
+
+
+def _every_90(timelines, name: str, accepted_s: float, anchor_s: float) -> None:
+    timelines.create(name, Generation(1, "every", T + timedelta(seconds=accepted_s), every=timedelta(seconds=90),
+                                      anchor=T + timedelta(seconds=anchor_s), misfire="skip"))
+
+
+def _shape(model, name: str = "s1") -> tuple:
+    s = model.schedules[name]
+    return ([(o.kind, (o.first - T).total_seconds(), (o.last - T).total_seconds(), o.state, o.work)
+             for o in s.occurrences],
+            [(e[0], *((t - T).total_seconds() for t in e[1:])) for e in s.events])
+
+
+def test_a_pass_held_for_a_step_beside_it_that_ran_past_an_instant_may_have_decided_it_late():
+    """38e holds for a pass with a step beside its held barrier too (explore met it under load: the reference's
+    decision, held at `schedule-decision-after-commit` while Work succeeded beside it, cut off past the next instant
+    and skipped the two as one recovery range; the model had decided one instant at the pass's start). The late
+    branch takes the step where the case put it: after the pass's decisions."""
+    from testhost.judge.timelines import Timelines
+    timelines = Timelines()
+    _every_90(timelines, "s1", accepted_s=10, anchor_s=7)  # instants T+97s, T+187s, T+277s, ...
+    timelines.pass_(T + timedelta(seconds=100), 1)  # T+97s: a nominal occurrence, its Work pending
+    timelines.step_started()
+    start = T + timedelta(seconds=276.5)
+    timelines.pass_(start, 1)  # T+187s, the Work's slot held: coalesced; held at its committed decision while
+    timelines.work("s1", 1, "succeeded", start + timedelta(seconds=0.4))  # the Work succeeds beside it
+    timelines.ran_until(start + timedelta(seconds=1.1))  # it answered at T+277.6s, past the instant T+277s
+    assert [_shape(m) for m in timelines.branches] == [
+        ([("nominal", 97, 97, "materialized", "succeeded"), ("coalesced", 187, 187, "pending", None)], []),
+        ([("nominal", 97, 97, "materialized", "succeeded")], [("recovery-skipped", 187, 277)]),  # decided late
+    ]
+    assert timelines.left == [frozenset()] * 2
+
+
+def test_a_late_branch_keeps_the_claims_a_pass_made_before_a_step_beside_it():
+    """A step committed while the pass was held before its decision: the model runs the pass again on top of it,
+    with the schedules claimed before the step first (beside.py); its late branch keeps them first."""
+    from testhost.judge.timelines import Timelines
+    timelines = Timelines()
+    _every_90(timelines, "s1", accepted_s=0, anchor_s=7)  # due from T+7s: claimed first by due time
+    _every_90(timelines, "s2", accepted_s=0, anchor_s=37)  # due from T+37s
+    start = T + timedelta(seconds=96.5)
+    timelines.pass_(start, 1, first=["s2"])  # the one claim, s2's, made before the step
+    timelines.ran_until(start + timedelta(seconds=1.1))  # past T+97s, s1's next instant
+    # s1 was never claimed by this pass, at its start or its end: every branch leaves it undecided, its cursor
+    # where it was (the late branch differs from the first only in s2's cursor, at the pass's end).
+    assert len(timelines.branches) == 2
+    assert [(_shape(m, "s1"), _shape(m, "s2")) for m in timelines.branches] == [
+        (([], []), ([("nominal", 37, 37, "materialized", "pending")], []))] * 2
+    assert {m.schedules["s1"].cursor for m in timelines.branches} == {T}

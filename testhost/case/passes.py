@@ -83,9 +83,10 @@ class Passes:
                         case.facts.cancel_plans[-1].after_answer(case, answers[-1] if answers else None)
                     if choosing and fired_before == (case.injection is not None):  # no fault fired in this pass
                         self.claims_seen(leases_before)
-                    if beside is None and "cancel_at" not in step.args \
-                            and fault_before_pass == (case.injection is not None):
-                        case.model.ran_until(case.world.clock.now())  # an instant that fell due as it ran (38e)
+                    if "cancel_at" not in step.args and fault_before_pass == (case.injection is not None):
+                        # An instant that fell due as it ran (38e); a step beside it that ran while it was held is
+                        # in case.model already, and one that waited runs after this (after_pass).
+                        case.model.ran_until(case.world.clock.now())
                 else:
                     threads = [threading.Thread(target=case.requests.respond,
                                                 args=(case.impls[label], "process-due", request)) for label in labels]

@@ -25,7 +25,10 @@ class Timelines:
     def __init__(self) -> None:
         self.branches: list[Model] = [Model()]
         self.left: list[frozenset] = [frozenset()]  # per branch, what the interrupted pass left to the recovery
-        self._before: tuple[list[Model], str, datetime, int] | None = None  # the last pass, and the models before it
+        # The last pass (or drain), the models before it and the schedules it claimed first; then what the case
+        # applied since (a step beside the pass's held barrier), so a branch of the pass can take it too.
+        self._before: tuple[list[Model], str, datetime, int, tuple[str, ...]] | None = None
+        self._since: list[tuple[str, tuple]] = []
 
     @property
     def primary(self) -> Model:
@@ -38,6 +41,7 @@ class Timelines:
     def _each(self, name: str, *args) -> None:
         for model in self.branches:
             getattr(model, name)(*args)
+        self._since.append((name, args))
 
     def create(self, *args) -> None:
         self._each("create", *args)
@@ -67,8 +71,9 @@ class Timelines:
         self._each("lease_left", *args)
 
     def pass_(self, now: datetime, maximum: int = 64, first: list[str] = (), bridges: bool = True) -> None:
-        self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum)
+        self._before = ([copy.deepcopy(m) for m in self.branches], "pass", now, maximum, tuple(first))
         self._each("pass_", now, maximum, frozenset(), first, bridges)
+        self._since = []
 
     def claimed(self, now: datetime, maximum: int = 64) -> list[str]:
         return self.primary.claimed(now, maximum)
@@ -78,27 +83,31 @@ class Timelines:
 
     def last_pass_claims(self) -> list[str]:
         """The schedules the model had the last pass claim."""
-        befores, _, now, maximum = self._before
+        befores, _, now, maximum, _ = self._before
         return befores[0].claimed(now, maximum)
 
     def redo_last_pass(self, claims: list[str]) -> None:
         """The last pass again from the models before it, with the schedules the store shows it claimed."""
-        befores, _, now, _ = self._before
+        befores, _, now, _, _ = self._before
         self.branches = [copy.deepcopy(before) for before in befores]
         self._each("pass_", now, len(claims), frozenset(), claims)
+        self._since = []
 
     def drain(self, now: datetime) -> None:
-        self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64)
+        self._before = ([copy.deepcopy(m) for m in self.branches], "drain", now, 64, ())
         self._each("drain", now)
+        self._since = []
 
     def ran_until(self, end: datetime) -> None:
         """The last pass or drain answered at server time `end`. Each of its decisions cut off at its own
         transaction's time (note 1), so an instant that fell due while it ran is decided by a decision that came
         after it, or by a later claim of a schedule it made due again: keep a branch for the whole pass at its end,
-        and one for the pass at its start followed by what it claims again at its end (protocol note 38e)."""
+        and one for the pass at its start followed by what it claims again at its end (protocol note 38e). A step
+        run beside the pass's held barrier since (`_since`) is taken by both, where the case put it: after the
+        pass's decisions, before what it claims again."""
         if self._before is None:
             return
-        befores, kind, now, maximum = self._before
+        befores, kind, now, maximum, first = self._before
         if end <= now or not any(s.lifecycle == "active" and s.active.instants_between(now, end)
                                  for model in befores for s in model.schedules.values()):
             return
@@ -108,29 +117,37 @@ class Timelines:
             if kind == "drain":
                 late.drain(end)
                 again.drain(now)
+                self._replay_since(again)
                 again.drain(end)
             else:
-                late.pass_(end, maximum)
-                rest = maximum - len(again.claimed(now, maximum))
-                again.pass_(now, maximum)
+                late.pass_(end, maximum, frozenset(), first)
+                claims = list(first) + [name for name in again.claimed(now, maximum) if name not in first]
+                rest = maximum - min(len(claims), maximum)
+                again.pass_(now, maximum, frozenset(), first)
+                self._replay_since(again)
                 if rest > 0:
                     again.pass_(end, rest)
+            self._replay_since(late)
             for branch in (late, again):
                 if _key(branch) not in seen:
                     seen.add(_key(branch))
                     self.branches.append(branch)
                     self.left.append(frozenset())
 
+    def _replay_since(self, model: Model) -> None:
+        for name, args in self._since:
+            getattr(model, name)(*args)
+
     def step_started(self) -> None:
         """A new step: a fault from here on did not interrupt an earlier step's pass."""
-        self._before = None
+        self._before, self._since = None, []
 
     def fork(self, decided: set[str] = frozenset()) -> None:
         """A fault fired inside the last pass (or drain): add a branch for each set of the schedules it claimed
         that it may have left undecided (none of those `decided`, whose decision was seen to commit)."""
         if self._before is None:
             return
-        befores, kind, now, maximum = self._before
+        befores, kind, now, maximum, _ = self._before
         self._before = None
         seen = {_key(m) for m in self.branches}
         for before in befores:
