@@ -264,6 +264,10 @@ CHANGES: tuple[Change, ...] = (
            "cutoff, and a slow decision that skipped two instants as one recovery range failed", MINOR,
            ("model-agreement", "processor-history"), "nothing (loosened)",
            _n("38e An instant that falls due while a pass runs.")),
+    Change("6.2", "2026-12-03", (), "planned-hit-placed-again", "A faulted run whose timeline never reached its "
+           "planned hit, failing no other check, is run again, three runs in all, before `planned-fault-fired` fails "
+           "it: how often a pass claims can depend on when its decisions cut off", MINOR, ("planned-fault-fired",),
+           "nothing (loosened)", _n("38f A planned hit a run's timeline did not reach.")),
 )
 
 VERSION = max(CHANGES, key=lambda c: tuple(map(int, c.version.split(".")))).version
@@ -372,7 +376,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "fence-before-cursor": ("f6b283fd66", "1.0"),
     "recovered-nothing-due": ("438fa97f87", "1.0"),
     "no-vacuous-checks": ("68817b45fa", "1.0"),
-    "planned-fault-fired": ("d7f238515c", "1.0"),
+    "planned-fault-fired": ("24ed6a3345", "6.2"),
     "transaction-fate": ("b43a26c014", "1.0"),
     "scenario-expectations": ("f6c02d5c49", "2.0"),
     "crash-equivalence": ("3959a95b46", "6.1"),

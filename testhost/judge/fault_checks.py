@@ -10,7 +10,10 @@ rule_of = RULES.declare
 
 
 PLANNED_FAULT_FIRED = rule_of("planned-fault-fired", "harness: a planned barrier or fault that never fired makes the "
-                              "run fail (report every barrier your code reaches, with its exact name)")
+                              "run fail (report every barrier your code reaches, with its exact name). A faulted run "
+                              "whose timeline never reached the planned hit, every other check passing, is run again, "
+                              "three runs in all, before it fails: how often a pass claims can depend on when its "
+                              "decisions cut off")
 FATE_ABORTED = ("Database timeouts, disconnects, and SQLSTATE failures abort the transaction and require a bounded "
                 "retry only after rollback.")
 FATE_COMMITTED = ("A rollback leaves neither durable fact; a retry sees the same occurrence identity and must return "
