@@ -1,6 +1,6 @@
 """A pass whose decision cuts off past the next nominal instant is judged right, a step beside its held barrier or
 not (docs/protocol-notes.md 38e): a copy of the reference that waits between its claim and its decision crosses
-the instant every time; the reference, fast, does not. Both are correct, so both pass."""
+the instant every time; the reference, fast, does not on an idle machine. Both are correct, so both pass."""
 
 from __future__ import annotations
 
