@@ -28,7 +28,7 @@ from testhost.world import store
 from testhost.faults.catalog import FAULTS
 from testhost.case.reads import StoreReads
 from testhost.case.recovery import Recovery
-from testhost.case.runner import REFERENCE_COMMAND, CaseRun, run_case
+from testhost.case.runner import CASE_SEED, REFERENCE_COMMAND, CaseRun, run_case
 from testhost.world.worlds import World
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -196,7 +196,7 @@ def main() -> None:
                                           "pg_stat_statements.max": "20000"})
     phases = instrument()
     profiler = cProfile.Profile(time.thread_time) if options.profile else None  # CPU of the case thread, not waits
-    with World("case-cost") as world:
+    with World("case-cost", seed=CASE_SEED) as world:
         census, pictures = {}, {}
         for scenario in scenarios:  # fault-free runs: the census, untimed
             outcome = run_case(world, scenario, CasePlan(scenario.name), REFERENCE_COMMAND, log_dir)

@@ -88,7 +88,7 @@ def sample_cpu(case_ids: list[str] | None) -> tuple[tuple[float, float], list[st
     from scenarios.scenario import load_catalog
     from testhost.faults.catalog import FAULTS
     from scenarios.matrix import CasePlan
-    from testhost.case.runner import REFERENCE_COMMAND, run_case
+    from testhost.case.runner import CASE_SEED, REFERENCE_COMMAND, run_case
     from testhost.world.worlds import World
 
     from . import case_cost
@@ -97,7 +97,7 @@ def sample_cpu(case_ids: list[str] | None) -> tuple[tuple[float, float], list[st
     cpu = case_cost.cpu
     catalog = {s.name: s for s in load_catalog()}
     log_dir = Path(tempfile.mkdtemp(prefix="bench-guard-"))
-    with World("bench-guard") as world:
+    with World("bench-guard", seed=CASE_SEED) as world:
         census, pictures = {}, {}
         wanted = None if case_ids is None else {case_id.split("/")[0] for case_id in case_ids}
         for name, scenario in catalog.items():

@@ -252,11 +252,11 @@ class _Session:
         return config.stash[cls.key]
 
     def run(self, plan: CasePlan):
-        from testhost.case.runner import run_case
+        from testhost.case.runner import CASE_SEED, run_case
         from testhost.world.worlds import World
         if self.world is None:
             worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-            self.world = World(f"pytest-{worker}", network_optional=True).up()
+            self.world = World(f"pytest-{worker}", network_optional=True, seed=CASE_SEED).up()
         command = self.config.getoption("crashproof_impl")
         if plan.fault is not None and plan.scenario not in self.baselines:
             self.run(CasePlan(plan.scenario))

@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from testhost.case.runner import CASE_SEED
 from testhost.world.worlds import World
 
 settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True,
@@ -36,14 +37,14 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def world():
     """One world per test module: for tests that do not crash or move the clock for good."""
-    with World("test") as shared:
+    with World("test", seed=CASE_SEED) as shared:
         yield shared
 
 
 @pytest.fixture
 def fresh_world():
     """A world of its own: for tests that crash the cluster, cut the proxy or move the clock."""
-    with World("test") as own:
+    with World("test", seed=CASE_SEED) as own:
         yield own
 
 

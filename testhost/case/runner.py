@@ -40,7 +40,7 @@ from testhost.judge.state import read_state
 from testhost.judge.verdict import baseline as make_baseline
 from testhost.world.components import find_libfaketime
 from testhost.world.sessions import KeptSession
-from testhost.world.store import Store, StorePool
+from testhost.world.store import ReferenceSeed, Store, StorePool
 from testhost.world.worlds import CLOCK, NETWORK, World
 
 from . import diagnosis_facts, role_changes
@@ -72,6 +72,10 @@ MAX_STARTS = 8
 # this many runs in all, before `planned-fault-fired` fails the case.
 PLACEMENT_RUNS = 3
 
+
+# What a world that runs cases starts with: the stores the case pool takes (history partitions of T0's month), made
+# once per workspace and copied with the cluster (testhost/world/store.py, ReferenceSeed).
+CASE_SEED = ReferenceSeed(history_at=T0)
 
 _pools: dict[tuple, StorePool] = {}
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from scenarios.scenario import Scenario, load_catalog
 
-from testhost.case.runner import CasePlan, run_case
+from testhost.case.runner import CASE_SEED, CasePlan, run_case
 from testhost.impl import implementation
 from testhost.impl.implementation import set_launcher
 
@@ -59,7 +59,7 @@ def start(mode: dict) -> None:
     elif mode.get("docker"):
         _world = docker_world(network_optional=True)
     else:
-        _world = World("certify", network_optional=True)
+        _world = World("certify", network_optional=True, seed=CASE_SEED)
     _world.up()
     atexit.register(_world.down)
     _scenarios = {s.name: s for s in load_catalog(mode.get("catalog", []), mode.get("with_builtin", False))}

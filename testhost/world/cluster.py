@@ -18,7 +18,7 @@ from .components import PostgresInstall
 from .orphans import RUN_VARIABLE, remove_tree
 from .ports import LOOPBACK, choose
 from .processes import die_with_parent, is_alive, kill_tree, popen
-from .workspace import Workspace
+from .workspace import SEED_MANIFEST, Workspace
 
 READY_TIMEOUT = 60.0
 
@@ -53,11 +53,13 @@ class Cluster:
 
     # -- life cycle -------------------------------------------------------------------------------
 
-    def create(self) -> "Cluster":
-        template = self.workspace.template(self.install)
+    def create(self, source: Path | None = None) -> "Cluster":
+        """The data directory, copied from `source` (a kept seed) or else from the cached initdb template."""
+        template = source or self.workspace.template(self.install)
         # cp -a keeps ownership and modes; the data directory must be 0700 and owned by the server user.
         subprocess.run(["cp", "-a", str(template), str(self.datadir)], check=True)
-        (self.datadir / ".crashproof-ready").unlink(missing_ok=True)
+        for marker in (".crashproof-ready", SEED_MANIFEST):
+            (self.datadir / marker).unlink(missing_ok=True)
         return self
 
     def start(self, timeout: float = READY_TIMEOUT) -> "Cluster":

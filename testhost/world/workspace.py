@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pwd
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,9 @@ from .components import PostgresInstall
 from .orphans import sweep_worlds, write_owner
 
 SERVER_USER = "crashproof"
+SEED_MANIFEST = ".crashproof-seed.json"
+# A seed of another key not copied for this long is removed when a new one is kept.
+SEED_STALE_S = 1800.0
 DEFAULT_ROOT = "/tmp/crashproof"
 
 # Appended to every template's postgresql.conf. Durability is the point of the exercise: fsync and
@@ -138,9 +143,9 @@ class Workspace:
             os.chown(path, self.user.uid, self.user.gid)
 
     @contextmanager
-    def _lock(self, name: str):
+    def _lock(self, name: str, *, shared: bool = False):
         with open(self.root / f".{name}.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             try:
                 yield
             finally:
@@ -170,10 +175,18 @@ class Workspace:
                 shutil.copytree(home, copy, symlinks=True, dirs_exist_ok=True)
         return PostgresInstall(bindir=copy / "bin", version=install.version, source=install.source + " (copied)")
 
+    def _template_path(self, install: PostgresInstall) -> Path:
+        fingerprint = uuid.uuid5(uuid.NAMESPACE_OID, repr(sorted(SERVER_SETTINGS.items()))).hex[:8]
+        return self.root / "templates" / f"pg{install.version}-{fingerprint}"
+
+    def has_template(self, install: PostgresInstall) -> bool:
+        """Whether the initdb template of this server version is made already."""
+        path = self._template_path(install)
+        return (path / "PG_VERSION").exists() and (path / ".crashproof-ready").exists()
+
     def template(self, install: PostgresInstall) -> Path:
         """An initdb'd, configured data directory for this server version, made once and reused."""
-        fingerprint = uuid.uuid5(uuid.NAMESPACE_OID, repr(sorted(SERVER_SETTINGS.items()))).hex[:8]
-        path = self.root / "templates" / f"pg{install.version}-{fingerprint}"
+        path = self._template_path(install)
         with self._lock(path.name):
             if (path / "PG_VERSION").exists() and (path / ".crashproof-ready").exists():
                 return path
@@ -201,3 +214,90 @@ class Workspace:
             for file in (path / "postgresql.conf", path / "pg_hba.conf", marker):
                 self.chown(file)
         return path
+
+    # -- seeds: a template's data directory with databases made in it, kept for every world to copy ------------
+
+    def seed_path(self, template: Path, key: str) -> Path:
+        """Where the seed `key` made on the initdb template `template` is kept."""
+        return template.with_name(f"{template.name}-seed-{key}")
+
+    @staticmethod
+    def seed_databases(path: Path) -> list[str] | None:
+        """The databases a kept seed holds for the taking (its manifest), or None when the seed is not kept."""
+        try:
+            return json.loads((path / SEED_MANIFEST).read_text())["databases"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    @contextmanager
+    def reading_seed(self, path: Path):
+        """Held while a world copies the seed: a prune of stale seeds skips it. The manifest's modification time
+        says when the seed was last used."""
+        with self._lock(path.name, shared=True):
+            try:
+                os.utime(path / SEED_MANIFEST)
+            except OSError:
+                pass
+            yield
+
+    @contextmanager
+    def making_seed(self, path: Path):
+        """Held while one world makes the seed, so that the others wait and copy it instead of making it too."""
+        with self._lock(path.name):
+            yield
+
+    def keep_seed(self, install: PostgresInstall, datadir: Path, path: Path, databases: list[str]) -> None:
+        """Keep a copy of a cleanly stopped data directory as the seed `path`: its WAL cut to the segment of the
+        shutdown checkpoint (the rest were recycled ahead, or precede it: a clean stop needs none of them), its
+        manifest written last, then renamed into place (a seed is there whole or not at all). Stale seeds of the
+        same template go (see prune_seeds)."""
+        making = path.with_name(f".{path.name}.making-{uuid.uuid4().hex[:8]}")
+        subprocess.run(["cp", "-a", str(datadir), str(making)], check=True)
+        try:
+            keep = _checkpoint_segment(install, making)
+            for segment in (making / "pg_wal").iterdir():
+                if segment.is_file() and len(segment.name) == 24 and segment.name != keep:
+                    segment.unlink()
+            manifest = making / SEED_MANIFEST
+            manifest.write_text(json.dumps({"databases": databases}))
+            self.chown(manifest)
+            making.rename(path)
+        except BaseException:
+            shutil.rmtree(making, ignore_errors=True)
+            raise
+        self.prune_seeds(path)
+
+    def prune_seeds(self, keep: Path, *, older_than_s: float = SEED_STALE_S) -> list[Path]:
+        """Remove the seeds of `keep`'s template made for another key (another reference, another month) and not
+        used for `older_than_s`, each only while no world copies it; returns what went. A seed is about 60 MB,
+        and every change to the reference's package makes a new one."""
+        template = keep.name.split("-seed-")[0]
+        gone = []
+        for other in [*keep.parent.glob(f"{template}-seed-*"), *keep.parent.glob(f".{template}-seed-*.making-*")]:
+            if other == keep:
+                continue
+            try:
+                idle_s = time.time() - (other / SEED_MANIFEST).stat().st_mtime
+            except OSError:  # a copy left half-made by a killed run, or a seed without its manifest
+                idle_s = time.time() - other.stat().st_mtime if other.exists() else 0.0
+            if idle_s < older_than_s:
+                continue
+            with open(self.root / f".{other.name}.lock", "w") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a world copies it right now
+                shutil.rmtree(other, ignore_errors=True)
+                gone.append(other)
+        return gone
+
+
+def _checkpoint_segment(install: PostgresInstall, datadir: Path) -> str:
+    """The WAL segment holding a cleanly stopped cluster's last checkpoint, as its control file says."""
+    result = subprocess.run([str(install.tool("pg_controldata")), "-D", str(datadir)], capture_output=True, text=True,
+                            env={**os.environ, "LC_ALL": "C"})
+    fields = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    state, segment = fields.get("Database cluster state", "").strip(), fields.get("Latest checkpoint's REDO WAL file", "")
+    if result.returncode != 0 or state != "shut down" or len(segment.strip()) != 24:
+        raise ClusterStartFailed(f"the seed's data directory is not cleanly stopped: {state or result.stderr.strip()}")
+    return segment.strip()

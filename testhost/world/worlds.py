@@ -6,6 +6,7 @@ import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -20,6 +21,16 @@ from .processes import is_alive, kill_tree
 from .sessions import KeptSession, server_incarnation
 from .toxiproxy import Proxy, ToxiproxyServer
 from .workspace import Workspace
+
+class Seed(Protocol):
+    """Databases a world's cluster starts with, made once per workspace (`key` names what they hold) by
+    `build` on a running world, and copied with the data directory by every world made from it."""
+
+    key: str
+
+    def build(self, world: "World") -> list[str]:
+        """Make the databases in `world`'s cluster; the names returned are handed out by take_seed_database."""
+
 
 # Capabilities a case may need; a world lacking one says why, and such cases are reported not-run.
 CLOCK, DB_CRASH, NETWORK = "clock", "db-crash", "network"
@@ -47,8 +58,10 @@ class World:
 
     def __init__(self, name: str = "world", *, workspace: Workspace | None = None, pg_port: int | None = None,
                  toxiproxy_port: int | None = None, network_optional: bool = False, tie_to_parent: bool = True,
-                 clock_cache_seconds: int = 0):
+                 clock_cache_seconds: int = 0, seed: "Seed | None" = None):
         self.name = name
+        self.seed = seed
+        self.seed_databases: list[str] = []  # the seed's databases not yet taken (take_seed_database)
         self.clock_cache_seconds = clock_cache_seconds  # see ServerClock: 0 for the harness, more for benchmarks
         self.workspace = workspace or Workspace()
         self.pg_port = pg_port
@@ -82,12 +95,44 @@ class World:
                                    tie_to_parent=self.tie_to_parent)
             if user.is_switch:  # the project's own server account: its unattached segments are garbage
                 sweep_stale_segments(user.uid)
-            self.cluster.create().start()
+            if self.seed is None:
+                self.cluster.create().start()
+            else:
+                self._start_seeded()
             self._start_network(f"127.0.0.1:{self.cluster.port}")
         except BaseException:
             self.down()
             raise
         return self
+
+    def _start_seeded(self) -> None:
+        """The cluster copied from the workspace's kept seed, which the first world to need it makes in its own
+        cluster (stopped cleanly, copied, started again) while any other waits for it. A workspace's very first
+        world (it makes the initdb template) makes no seed: a workspace used for one run (a test's own) would pay
+        for the copy and the second start and never use the seed."""
+        install = self.cluster.install
+        if not self.workspace.has_template(install):
+            self.cluster.create().start()
+            return
+        path = self.workspace.seed_path(self.workspace.template(install), self.seed.key)
+        if self.workspace.seed_databases(path) is None:
+            with self.workspace.making_seed(path):
+                if self.workspace.seed_databases(path) is None:
+                    self.cluster.create().start()
+                    databases = self.seed.build(self)
+                    self.cluster.stop()
+                    self.workspace.keep_seed(self.cluster.install, self.cluster.datadir, path, databases)
+                    self.cluster.start()
+                    self.seed_databases = list(databases)
+                    return
+        with self.workspace.reading_seed(path):
+            self.seed_databases = list(self.workspace.seed_databases(path) or [])
+            self.cluster.create(path)
+        self.cluster.start()
+
+    def take_seed_database(self) -> str | None:
+        """One of the seed's databases not yet handed out, if any is left; each is handed out once."""
+        return self.seed_databases.pop(0) if self.seed_databases else None
 
     def _start_network(self, upstream: str) -> None:
         try:
