@@ -202,26 +202,30 @@ def _made_from() -> str:
 
 @dataclass(frozen=True)
 class ReferenceSeed:
-    """What a seeded world's cluster starts with (worlds.Seed): the reference's migrated template, its clone with
-    the history partitions of `history_at`'s month, and `stores` fresh stores cloned from that, each made exactly
-    as new_store makes them. A world copies them with its data directory instead of making them: about 1 s of
-    CPU per world (CREATE DATABASE copies and syncs some 300 files), which the test suite pays for every run it
-    starts."""
+    """What a seeded world's cluster starts with (worlds.Seed): `stores` fresh stores for the case pool, each made
+    exactly as new_store makes one with the history partitions of `history_at`'s month. A world copies them with its
+    data directory instead of making them, and only they are copied: the templates they came from are dropped
+    before the seed is kept, since every database copied costs the copy some 300 new files, and a world's pool
+    rarely needs a third store (then it makes the templates as an unseeded world does)."""
 
     history_at: datetime
     stores: int = 2
 
     @property
     def key(self) -> str:
-        """A digest of everything the databases are made from: the reference package's files (its migrations and
+        """A digest of everything the stores are made from: the reference package's files (its migrations and
         role recipe among them), this module, the month and the count."""
         return hashlib.sha256(f"{_made_from()}|{self.history_at:%Y-%m}|{self.stores}".encode()).hexdigest()[:12]
 
     def build(self, world: World) -> list[str]:
-        template = _history_template(world, _prepare_template(world, upto=None), self.history_at)
+        template = _prepare_template(world, upto=None)
+        history = _history_template(world, template, self.history_at)
         names = [f"store_seed_{n}" for n in range(1, self.stores + 1)]
         for name in names:
-            _clone(world, template, name)
+            _clone(world, history, name)
+        with psycopg.connect(world.admin_dsn(), autocommit=True) as admin:
+            for name in (history, template):
+                admin.execute(sql.SQL("drop database {}").format(sql.Identifier(name)))
         return names
 
 
