@@ -436,7 +436,11 @@ def test_the_planted_bug_no_catalog_scenario_reaches_is_found_and_written_as_a_s
         outcome = run_case(world, scenario, CasePlan(scenario.name), command, tmp_path / "catalog")
         assert outcome.verdict == "pass", f"{scenario.name} catches the planted bug: {outcome.reason}"
     out = tmp_path / "found"
-    code, report = explore(Options(command=command, out=out, report_dir=tmp_path / "report",  # profile ci
+    # What a find yields is under test here, not how soon explore finds one (that is docs/mutants.md's: the ci profile
+    # against every mutant). On 2026-12-03 the ci profile found the planted bug at the 219th program with seed 0 (the
+    # test took 231 s alone), the 433rd with seed 1, the 5th with seed 2 and the 52nd with seed 3; with seed 2 the
+    # test takes about 120 s alone.
+    code, report = explore(Options(command=command, seed=2, out=out, report_dir=tmp_path / "report",  # profile ci
                                    progress=lambda line: None))
     assert code == 1
     found = report["run"]["explore"]["found"]
