@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-TESTS=${*:-tests/test_killed_run.py tests/test_run_contract.py tests/test_world_lifecycle.py}
+TESTS=${*:-tests/test_killed_run.py tests/test_run_contract.py tests/test_world_lifecycle.py tests/test_stop_signals.py}
 spinners=()
 cleanup() { for pid in "${spinners[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT

@@ -45,10 +45,26 @@ def _child_takes_the_stop_signals() -> None:
     os._exit(4)  # the pending interrupt never reached the handler
 
 
+def _exec_done(pid: int) -> bool:
+    """Whether the spawned child runs its own interpreter's command line yet (spawn forks, then execs)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"--multiprocessing-fork" in cmdline.read()
+    except OSError:
+        return True  # gone: the join below says how it ended
+
+
 def _interrupted_at_start(context, target) -> int:
     child = context.Process(target=target)
     child.start()
-    os.kill(child.pid, signal.SIGINT)  # long before a spawned interpreter has imported anything
+    # Once the child has exec'd, long before the spawned interpreter has imported anything. Between the fork and the
+    # exec the child still has this process's handler, which takes the signal and is then replaced by the exec: an
+    # interrupt that lands there is lost, and a loaded machine made one land there (the child waited for it in vain).
+    deadline = time.monotonic() + PENDING_WAIT_S
+    while not _exec_done(child.pid):
+        assert time.monotonic() < deadline, "the spawned child never exec'd"
+        time.sleep(0.0005)
+    os.kill(child.pid, signal.SIGINT)
     child.join(60)
     assert child.exitcode is not None, "the child neither exited nor died"
     return child.exitcode
