@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -109,6 +110,9 @@ def test_a_data_directory_not_cleanly_stopped_is_never_kept(home):
         with pytest.raises(ClusterStartFailed, match="not cleanly stopped"):
             workspace.keep_seed(world.cluster.install, world.cluster.datadir, path, ["store_seed_1"])
         assert workspace.seed_databases(path) is None
+        assert list((home / "templates").glob("*seed*")) == list((home / "templates").glob(".*seed*")) == []
+        with pytest.raises(subprocess.CalledProcessError):  # a copy that fails leaves no half-made seed either
+            workspace.keep_seed(world.cluster.install, home / "no-such-data", path, ["store_seed_1"])
         assert list((home / "templates").glob("*seed*")) == list((home / "templates").glob(".*seed*")) == []
 
 

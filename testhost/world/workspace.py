@@ -252,8 +252,8 @@ class Workspace:
         manifest written last, then renamed into place (a seed is there whole or not at all). Stale seeds of the
         same template go (see prune_seeds)."""
         making = path.with_name(f".{path.name}.making-{uuid.uuid4().hex[:8]}")
-        subprocess.run(["cp", "-a", str(datadir), str(making)], check=True)
         try:
+            subprocess.run(["cp", "-a", str(datadir), str(making)], check=True)
             keep = _checkpoint_segment(install, making)
             for segment in (making / "pg_wal").iterdir():
                 if segment.is_file() and len(segment.name) == 24 and segment.name != keep:

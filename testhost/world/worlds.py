@@ -22,6 +22,7 @@ from .sessions import KeptSession, server_incarnation
 from .toxiproxy import Proxy, ToxiproxyServer
 from .workspace import Workspace
 
+
 class Seed(Protocol):
     """Databases a world's cluster starts with, made once per workspace (`key` names what they hold) by
     `build` on a running world, and copied with the data directory by every world made from it."""
