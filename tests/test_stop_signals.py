@@ -57,9 +57,8 @@ def _exec_done(pid: int) -> bool:
 def _interrupted_at_start(context, target) -> int:
     child = context.Process(target=target)
     child.start()
-    # Once the child has exec'd, long before the spawned interpreter has imported anything. Between the fork and the
-    # exec the child still has this process's handler, which takes the signal and is then replaced by the exec: an
-    # interrupt that lands there is lost, and a loaded machine made one land there (the child waited for it in vain).
+    # Once the child has exec'd, long before the spawned interpreter has imported anything: between the fork and the
+    # exec the child still has this process's handler, which would take the signal and be replaced by the exec.
     deadline = time.monotonic() + PENDING_WAIT_S
     while not _exec_done(child.pid):
         assert time.monotonic() < deadline, "the spawned child never exec'd"
@@ -73,8 +72,10 @@ def _interrupted_at_start(context, target) -> int:
 def test_a_worker_interrupted_while_it_starts_holds_the_signal_instead_of_dying_with_a_traceback():
     assert _interrupted_at_start(spawn_context(), _child_holds_the_interrupt) == 0
     # What the plain spawn context does, and what tore a group-SIGINT run's stderr with a KeyboardInterrupt
-    # traceback from multiprocessing's spawn_main: the same interrupt ends the child before its target runs.
-    assert _interrupted_at_start(multiprocessing.get_context("spawn"), _child_holds_the_interrupt) in (1, -2)
+    # traceback from multiprocessing's spawn_main: it does not hold the interrupt. Mostly it ends the child before
+    # its target runs (1, -2); twice in a loaded suite the child's target ran and waited for it in vain (3): an
+    # interrupt Python raises inside a finalizer or a callback is printed and dropped, never pending.
+    assert _interrupted_at_start(multiprocessing.get_context("spawn"), _child_holds_the_interrupt) in (1, -2, 3)
 
 
 def test_the_interrupt_held_at_start_reaches_the_workers_handler_once_it_is_in():
