@@ -149,3 +149,17 @@ def test_the_seeds_key_names_the_month_and_the_count():
     assert ReferenceSeed(T0).key == CASE_SEED.key
     assert len({ReferenceSeed(T0).key, ReferenceSeed(T0, stores=3).key,
                 ReferenceSeed(datetime(2031, 4, 1, tzinfo=timezone.utc)).key}) == 3
+
+
+def test_a_world_that_cannot_keep_its_seed_fails_to_start_and_leaves_nothing(home, monkeypatch):
+    workspace = Workspace(home)
+    World("template", workspace=workspace).up().down()  # the initdb template, so the next world makes the seed
+
+    def refused(*_args, **_kwargs):
+        raise ClusterStartFailed("the seed's data directory is not cleanly stopped: in production")
+
+    monkeypatch.setattr(workspace, "keep_seed", refused)
+    with pytest.raises(ClusterStartFailed, match="not cleanly stopped"):
+        World("maker", workspace=workspace, seed=CASE_SEED).up()
+    assert list((home / "worlds").iterdir()) == []
+    assert list((home / "templates").glob("*seed*")) == list((home / "templates").glob(".*seed*")) == []
