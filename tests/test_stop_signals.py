@@ -73,8 +73,9 @@ def test_a_worker_interrupted_while_it_starts_holds_the_signal_instead_of_dying_
     assert _interrupted_at_start(spawn_context(), _child_holds_the_interrupt) == 0
     # What the plain spawn context does, and what tore a group-SIGINT run's stderr with a KeyboardInterrupt
     # traceback from multiprocessing's spawn_main: it does not hold the interrupt. Mostly it ends the child before
-    # its target runs (1, -2); twice in a loaded suite the child's target ran and waited for it in vain (3): an
-    # interrupt Python raises inside a finalizer or a callback is printed and dropped, never pending.
+    # its target runs (1, -2); twice in a loaded suite the child's target ran and waited for it in vain (3), the
+    # interrupt lost (the cause is not established: Python prints and drops one raised inside a finalizer or a
+    # callback, for one), never pending.
     assert _interrupted_at_start(multiprocessing.get_context("spawn"), _child_holds_the_interrupt) in (1, -2, 3)
 
 
