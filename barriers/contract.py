@@ -101,23 +101,23 @@ CHANGES: tuple[Change, ...] = (
            ("model-agreement", "scenario-expectations", "crash-equivalence"),
            "evaluate an Every schedule's instants on the whole grid through its anchor: with an anchor in the "
            "future, the instants `anchor - k·every` after the acceptance are due too",
-           _n("6 Grid.", "24m Every grid before a future anchor")),
+           _n("6 Grid.", "39e Every grid before a future anchor")),
     Change("2.0", "2026-12-01", ("4f6fd90",), "honest-answers", "Answers are honest and bounded: `fail` only when "
            "nothing committed, and a lost COMMIT reply turns into an error within `CRASHPROOF_DEADLINE_S`", MAJOR,
            ("outcome-honesty", "client-deadline"),
            "answer `unknown`, not `fail`, once a transaction of the request may have committed; give up on a "
            "round trip after `CRASHPROOF_DEADLINE_S` seconds and close the connection",
-           _n("24i An honest `fail`.", "24j The client deadline is exercised.")),
+           _n("39a An honest `fail`.", "39b The client deadline is exercised.")),
     Change("2.0", "2026-12-01", ("4f6fd90",), "processor-history", "The processor's history rows are normative: one "
            "`suspended` row with its reason at each suspension it writes, `recovery-skipped` for a skipped range",
            MAJOR, ("processor-history",),
            "write the history rows PROTOCOL.md lists when the processor suspends a schedule or skips a range",
-           _n("24l Processor history is normative, the rest is free.")),
+           _n("39d Processor history is normative, the rest is free.")),
     Change("2.0", "2026-12-01", ("4f6fd90",), "idle-cursor", "Idle passes keep the cursor: the cursor moves only in "
            "a decision that disposes of at least one due instant (note 2 enforced)", MAJOR,
            ("idle-pass-keeps-cursor",),
            "leave the cursor where it is on a pass with nothing due (loosened again in 6.1: `idle-cursor-free`)",
-           _n("2 The cursor moves to the cutoff", "24k Idle passes keep the cursor")),
+           _n("2 The cursor moves to the cutoff", "39c Idle passes keep the cursor")),
     Change("2.0", "2026-12-01", ("e26a9b0", "1f6179f"), "schema-stage", "`certify --migrations DIR` certifies a "
            "store of your own: a schema stage checks its tables, grants, row security, history partitions, "
            "SECURITY DEFINER functions and the claim's refusals before any case", MINOR,
@@ -126,12 +126,12 @@ CHANGES: tuple[Change, ...] = (
            "nothing: an optional way to bring your own schema"),
     Change("2.0", "2026-12-01", ("861381e",), "fence-at-every-step", "A fenced schedule acts on nothing, seen after "
            "every step, not only at the end", MINOR, ("fence-before-cursor-at-every-step",), "nothing",
-           _n("24o A fenced schedule acts on nothing, seen step by step.")),
+           _n("39g A fenced schedule acts on nothing, seen step by step.")),
     # -- 3.0 ---------------------------------------------------------------------------------------------------------
     Change("3.0", "2026-12-01", ("9a5e64f", "96c5ffa"), "pass-counts", "An `ok` answer of `process-due` counts what "
            "its pass committed, under the names of *Counts of a pass*", MAJOR, ("process-counts",),
            "answer each count of *Counts of a pass* as what your pass committed (a retried transaction counts once)",
-           _n("24s Which counts are checked, and when.")),
+           _n("39k Which counts are checked, and when.")),
     Change("3.0", "2026-12-01", ("de562e6", "f7e12fc"), "fence-locked-for-decision", "A fence is locked for the "
            "decision: an operator's scope-generation change waits for a decision in flight, or the decision is "
            "fenced", MAJOR, ("fence-locked-beside-decision",),
@@ -140,11 +140,11 @@ CHANGES: tuple[Change, ...] = (
     Change("3.0", "2026-12-01", ("9a5e64f",), "work-own-clock", "The Work's accepted time is its own "
            "`clock_timestamp()` sample, judged with the clock moved inside a held bridge", MINOR,
            ("work-own-clock",), "nothing",
-           _n("24r The Work's own clock, against the bridge's.")),
+           _n("39j The Work's own clock, against the bridge's.")),
     Change("3.0", "2026-12-01", ("428eab3", "d37ddc7"), "stall-fault", "The `stall` fault: the session of a "
            "transaction at a barrier is ended while another processor takes its lease over", MINOR,
            ("stall-took-over",), "nothing",
-           _n("24p A transaction whose session ends while another takes its lease over")),
+           _n("39h A transaction whose session ends while another takes its lease over")),
     Change("3.0", "2026-12-01", ("ec890af", "f09427f"), "clock-utc", "Skewed implementation clocks: the hello's "
            "optional `clock_utc`, and scenarios whose processes run on a wrong OS clock", MINOR, (),
            "nothing: `clock_utc` is optional; read every time from PostgreSQL, as the spec already says",
@@ -235,12 +235,12 @@ CHANGES: tuple[Change, ...] = (
     Change("6.1", "2026-12-02", (), "idle-cursor-free", "A pass with nothing due may leave the cursor or move it to "
            "its cutoff: `idle-pass-keeps-cursor` is the reference's choice, reported as a difference and never a "
            "failure", MINOR, ("idle-pass-keeps-cursor",), "nothing (loosened)",
-           _n("2 The cursor moves to the cutoff", "24k Idle passes keep the cursor")),
+           _n("2 The cursor moves to the cutoff", "39c Idle passes keep the cursor")),
     Change("6.1", "2026-12-02", (), "work-own-clock-any-bridge", "`work-own-clock` holds the dispatch row "
            "wherever the bridge can meet it (also after a fault the process survived, so a bridge retried alone on "
            "a new session is judged), and a case that offers no hold is not compared; it never fails a retry "
            "shape", MINOR, ("work-own-clock",), "nothing (loosened)",
-           _n("24r The Work's own clock, against the bridge's.")),
+           _n("39j The Work's own clock, against the bridge's.")),
     Change("6.1", "2026-12-02", (), "pass-ran-past-an-instant", "A pass or drain that ran past a nominal instant "
            "may have decided it in a later decision or in a second claim of its schedule: the model accepts both "
            "timelines, so a slow implementation is no longer failed for deciding at its own transactions' times",
@@ -294,7 +294,7 @@ CLASSES: dict[str, RuleClass] = {
     "planned-fault-fired": RuleClass(ADAPTER),
     "transaction-fate": RuleClass(SPEC),
     "scenario-expectations": RuleClass(PINNED, _n("6 Grid.", "8 Update moves the cursor")),
-    "crash-equivalence": RuleClass(PINNED, _n("24t \"Recovery produces one occurrence and one accepted Work identity\"")),
+    "crash-equivalence": RuleClass(PINNED, _n("39l \"Recovery produces one occurrence and one accepted Work identity\"")),
     "model-agreement": RuleClass(PINNED, _n("4 One declared recovery range.", "6 Grid.", "10 Bridge order:")),
     "client-outcomes": RuleClass(PINNED, _n("20 \"Durable problem results\"", "28b A problem is named by the last")),
     "step-outcomes": RuleClass(SPEC),
@@ -305,17 +305,17 @@ CLASSES: dict[str, RuleClass] = {
     "committed-survives-crash": RuleClass(PINNED, _n("36a \"What was committed before the crash stays\"")),
     "outcome-honesty": RuleClass(ADAPTER),
     "client-deadline": RuleClass(ADAPTER),
-    "idle-pass-keeps-cursor": RuleClass(REFERENCE, _n("2 The cursor moves to the cutoff", "24k Idle passes keep")),
+    "idle-pass-keeps-cursor": RuleClass(REFERENCE, _n("2 The cursor moves to the cutoff", "39c Idle passes keep")),
     "cursor-never-moves-back": RuleClass(SPEC),
     "pass-decides-what-was-due": RuleClass(PINNED, _n("26d The range (cursor_utc, cutoff_utc] includes its end",
                                                         "37d The cutoff's end")),
     "generations-never-rewritten": RuleClass(SPEC),
     "fence-before-cursor-at-every-step": RuleClass(SPEC),
-    "processor-history": RuleClass(PINNED, _n("24l Processor history is normative, the rest is free.")),
+    "processor-history": RuleClass(PINNED, _n("39d Processor history is normative, the rest is free.")),
     "beside-barrier-reached": RuleClass(ADAPTER),
     "fence-locked-beside-decision": RuleClass(PINNED, _n("26a A fence is locked for the decision")),
     "process-counts": RuleClass(ADAPTER),
-    "work-own-clock": RuleClass(PINNED, _n("24r The Work's own clock, against the bridge's.")),
+    "work-own-clock": RuleClass(PINNED, _n("39j The Work's own clock, against the bridge's.")),
     "pass-bounded": RuleClass(PINNED, _n("29a \"Processes at most MaximumSchedules schedules\" counts claims.",
                                          "34i \"No second lease\" is `pass-bounded`")),
     "empty-pass-ok": RuleClass(PINNED, _n("29b An empty pass answers `ok`.")),
@@ -323,7 +323,7 @@ CLASSES: dict[str, RuleClass] = {
     "anomaly-only-past-the-window": RuleClass(PINNED, _n("29d \"Inside the configured safety window\"")),
     "behind-cursor-no-op": RuleClass(PINNED, _n("29e A cutoff behind the cursor is a no-op")),
     "range-opens-after-the-cursor": RuleClass(PINNED, _n("29f The cursor's end of (cursor_utc, cutoff_utc].")),
-    "no-instant-passed-over": RuleClass(PINNED, _n("24m Every grid before a future anchor")),
+    "no-instant-passed-over": RuleClass(PINNED, _n("39e Every grid before a future anchor")),
     "passive-processor": RuleClass(PINNED, _n("29g \"Passive\" is judged on what happens")),
     "requeue-kept": RuleClass(PINNED, _n("29i The Work-terminal requeue beside a held lease")),
     "definition-revision": RuleClass(PINNED, _n("27a The revision records every change of the definition row")),
@@ -390,7 +390,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "committed-survives-crash": ("61f2265825", "5.0"),
     "outcome-honesty": ("480656674e", "2.0"),
     "client-deadline": ("fe79f766e4", "2.0"),
-    "idle-pass-keeps-cursor": ("375cca349d", "6.1"),
+    "idle-pass-keeps-cursor": ("4e5e4bebe5", "6.1"),
     "cursor-never-moves-back": ("5d4efdb9b9", "6.0"),
     "pass-decides-what-was-due": ("b464e68b77", "6.0"),
     "generations-never-rewritten": ("84033b0ee1", "6.0"),
@@ -406,7 +406,7 @@ FINGERPRINTS: dict[str, tuple[str, str]] = {
     "anomaly-only-past-the-window": ("7e8aa1be4a", "4.0"),
     "behind-cursor-no-op": ("776cd74d4c", "4.0"),
     "range-opens-after-the-cursor": ("b8c4fc869b", "4.0"),
-    "no-instant-passed-over": ("8b27d3be0b", "6.0"),
+    "no-instant-passed-over": ("ac205ede6e", "6.0"),
     "passive-processor": ("68e5b87444", "4.0"),
     "requeue-kept": ("42ae3fe380", "6.0"),
     "definition-revision": ("0a23043124", "4.0"),

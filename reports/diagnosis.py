@@ -201,9 +201,9 @@ DIAGNOSES: tuple[Diagnosis, ...] = (
                ("34d", "The lease in hand is finished")), ("cancel-pass", "cancel-at-link")),
     Diagnosis("grid-before-future-anchor", lambda case: bool(_before_anchor(case)), _grid_cause,
               "Time: instants, lateness, recovery",
-              (("6", "Grid"), ("24m", "Every grid before a future anchor")), ("grid-before-anchor",)),
+              (("6", "Grid"), ("39e", "Every grid before a future anchor")), ("grid-before-anchor",)),
     Diagnosis("passes-refused", lambda case: (_facts(case).get("passes_refused") or 0) > 0, _passes_refused_cause,
-              "Answers", (("24a", "Bounded retry of a claimed schedule"), ("24i", "An honest `fail`"))),
+              "Answers", (("24a", "Bounded retry of a claimed schedule"), ("39a", "An honest `fail`"))),
 )
 BY_NAME = {d.name: d for d in DIAGNOSES}
 

@@ -637,7 +637,7 @@ def _motif_update_on_cursor(draw, drawn: Drawn) -> list[dict] | None:
 
 
 def _motif_future_anchor(draw, drawn: Drawn) -> list[dict] | None:
-    """Note 6's edge (24m): an Every anchored well after its acceptance takes every integer n, so the instants
+    """Note 6's edge (39e): an Every anchored well after its acceptance takes every integer n, so the instants
     before the anchor (n < 0) fall due and are decided before the anchor is reached."""
     every = draw(st.sampled_from((60, 90)))
     created = _on_grid(draw, drawn, every, EDGE_AHEAD_S + every * draw(st.integers(2, 4)))

@@ -66,7 +66,7 @@ IDLE_CURSOR = rule_of(
     "idle-pass-keeps-cursor",
     "reference: a pass with no instant due in (cursor_utc, cutoff_utc] leaves the cursor where it is; the cursor "
     "moves only in a decision that disposes of at least one due instant, to that decision's cutoff (protocol note "
-    "24k: the contract also allows moving it to the cutoff, so a difference is reported and never fails. Seen on "
+    "39c: the contract also allows moving it to the cutoff, so a difference is reported and never fails. Seen on "
     "the raw cursor after every step.)")
 
 

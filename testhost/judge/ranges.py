@@ -113,7 +113,7 @@ def _open_at_cursor(state: StoreState):
            "PostgreSQL. (No instant is passed over: every instant of a generation's grid after where its cursor "
            "started (its acceptance, or the cursor the update found, docs/protocol-notes.md 8) up to its last "
            "decision (the cursor, for the active generation) lies in a range that generation decided, an "
-           "occurrence's or a skipped one; the instants before a future anchor included (24m).)",
+           "occurrence's or a skipped one; the instants before a future anchor included (39e).)",
            examines="occurrences")
 def _none_passed_over(state: StoreState):
     evidence = []

@@ -45,7 +45,7 @@ EDGES: tuple[Edge, ...] = (
     Edge("cursor-start-excluded", "29f", "The cursor's end of (cursor_utc, cutoff_utc]", m.CUTOFF,
          "an instant equal to the cursor was decided before and is not decided again",
          ("cutoff-on-instant",), ("past-frozen-instant",), ("cursor-end-included",)),
-    Edge("grid-before-anchor", "24m", "Every grid before a future anchor", m.CUTOFF,
+    Edge("grid-before-anchor", "39e", "Every grid before a future anchor", m.CUTOFF,
          "the instants anchor + n·every with n < 0 lie on the grid: an anchor in the future does not delay the "
          "first instant to it",
          ("every-future-anchor",), ("future-anchor",), ("grid-from-anchor",)),
