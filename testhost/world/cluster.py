@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -14,6 +15,7 @@ import psycopg
 
 from testhost.errors import ClusterStartFailed, PortInUse
 
+from . import spares
 from .components import PostgresInstall
 from .orphans import RUN_VARIABLE, remove_tree
 from .ports import LOOPBACK, choose
@@ -56,11 +58,28 @@ class Cluster:
     def create(self, source: Path | None = None) -> "Cluster":
         """The data directory, copied from `source` (a kept seed) or else from the cached initdb template."""
         template = source or self.workspace.template(self.install)
-        # cp -a keeps ownership and modes; the data directory must be 0700 and owned by the server user.
-        subprocess.run(["cp", "-a", str(template), str(self.datadir)], check=True)
+        if not self._copy_over_spare(template):
+            # cp -a keeps ownership and modes; the data directory must be 0700 and owned by the server user.
+            subprocess.run(["cp", "-a", str(template), str(self.datadir)], check=True)
         for marker in (".crashproof-ready", SEED_MANIFEST):
             (self.datadir / marker).unlink(missing_ok=True)
         return self
+
+    def _copy_over_spare(self, template: Path) -> bool:
+        """The data directory made by writing `template` over a spare's files, if a spare is there; one that cannot
+        be written over is removed, and the copy is made afresh."""
+        if not spares.take(self.workspace.spares, self.datadir):
+            return False
+        try:
+            spares.copy_over(template, self.datadir, self.workspace.owner)
+        except OSError:
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            return False
+        return True
+
+    def keep_as_spare(self) -> bool:
+        """After discard(): leave the data directory to the workspace's spares instead of removing it."""
+        return self.pid is None and spares.keep(self.workspace.spares, self.datadir)
 
     def start(self, timeout: float = READY_TIMEOUT) -> "Cluster":
         if self.running:

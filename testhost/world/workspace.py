@@ -17,6 +17,7 @@ from pathlib import Path
 
 from testhost.errors import ClusterStartFailed, ComponentMissing, WorkspaceUnusable
 
+from . import spares
 from .components import PostgresInstall
 from .orphans import sweep_worlds, write_owner
 
@@ -113,7 +114,8 @@ def _unreachable_ancestor(path: Path, user: ServerUser) -> Path | None:
 
 
 class Workspace:
-    """A directory tree: templates/ (cached initdb output) and worlds/ (one directory per world)."""
+    """A directory tree: templates/ (cached initdb output and seeds), worlds/ (one directory per world) and spares/
+    (data directories of worlds gone down, for the next copy to write over)."""
 
     def __init__(self, root: str | os.PathLike | None = None, user: ServerUser | None = None):
         self.root = Path(root).absolute() if root else default_root()
@@ -123,7 +125,7 @@ class Workspace:
     def _prepare(self) -> None:
         hint = "set CRASHPROOF_HOME to a writable directory that the server user can reach, e.g. under /tmp"
         try:
-            for sub in (self.root, self.root / "templates", self.root / "worlds"):
+            for sub in (self.root, self.root / "templates", self.root / "worlds", self.spares):
                 sub.mkdir(parents=True, exist_ok=True)
                 if sub.stat().st_uid == os.geteuid():
                     os.chmod(sub, 0o755)
@@ -137,6 +139,16 @@ class Workspace:
             mode = oct(blocked.stat().st_mode & 0o777)
             raise WorkspaceUnusable(
                 f"workspace {self.root} is unreachable by OS user {self.user.name}: {blocked} is mode {mode}; {hint}")
+
+    @property
+    def spares(self) -> Path:
+        """Data directories of worlds gone down, for the next world's copy to write over (testhost/world/spares.py)."""
+        return self.root / spares.FOLDER
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """Who must own what the host makes for the server, when that is another user."""
+        return (self.user.uid, self.user.gid) if self.user.is_switch else None
 
     def chown(self, path: Path) -> None:
         if self.user.is_switch:

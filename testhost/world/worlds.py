@@ -154,6 +154,7 @@ class World:
             self.toxiproxy.stop()
         if self.cluster is not None:
             self.cluster.discard()
+            self.cluster.keep_as_spare()  # its files are the next world's to write over: none freed, none made
         if self.directory is not None:
             remove_world(self.directory)
         self.toxiproxy = self.proxy = self.cluster = None
