@@ -113,4 +113,10 @@ if [ -f examples/go/go.mod ]; then
     (cd examples/go && "$GO" mod download) || die "could not download the Go modules of examples/go (go.sum)"
     GO="$GO" examples/go/run.sh --build-only || die "could not build examples/go; see the go build output above"
 fi
+# Bytecode for the project's own packages. Where PYTHONDONTWRITEBYTECODE is set (it is on this machine kind)
+# Python never writes it, and every process a run starts (its controller, each worker, each world's fork server,
+# each probe) compiled the modules it imports from source: 0.8 CPU-s more per one-case `crashproof certify`
+# (docs/performance.md, the cuts table). Only what changed since is compiled again.
+"$VENV/bin/python" -m compileall -q -j 0 testhost scenarios barriers reports reference mutants variants bench \
+    || die "could not compile the project's packages (the errors above)"
 say "ready"
