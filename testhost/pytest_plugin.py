@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.matrix import CasePlan
-from testhost.case.runner import REFERENCE_COMMAND
+from testhost.impl.reference_command import REFERENCE_COMMAND
 
 
 def pytest_addoption(parser):

@@ -8,12 +8,9 @@ records is one record (testhost/judge/record.py), which testhost/judge/case_judg
 
 from __future__ import annotations
 
-import shlex
-import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from testhost.faults.bridge_clock import BridgeClock
 from testhost.faults.catalog import DEADLINE_S, FAULTS
 from testhost.impl import skew
 from testhost.impl.adapter_env import adapter_environment
+from testhost.impl.reference_command import REFERENCE_COMMAND, REFERENCE_ROOT  # noqa: F401 - re-exported beside run_case
 from testhost.impl.implementation import AdapterProtocolError, Implementation, ImplementationDied
 from testhost.impl.instance_setup import instance_setup
 from testhost.judge import bridge_role
@@ -35,9 +33,7 @@ from testhost.judge.contract_notes import targeted as targeted_contract
 from testhost.judge.fault_checks import late_writes
 from testhost.judge.identity import instant_text
 from testhost.judge.record import CaseRecord, StartedCopy
-from testhost.judge.rules import CheckResult
 from testhost.judge.state import read_state
-from testhost.judge.verdict import baseline as make_baseline
 from testhost.world.components import find_libfaketime
 from testhost.world.sessions import KeptSession
 from testhost.world.store import ReferenceSeed, Store, StorePool
@@ -50,6 +46,7 @@ from .client import SCOPE, HostClient
 from .desk import BarrierDesk
 from .passes import Passes
 from .reads import StoreReads
+from .outcome import CaseOutcome, planned_hit_not_reached
 from .recovery import Recovery
 from .requests import Requests
 from .snapshots import Snapshots
@@ -59,11 +56,6 @@ MAX_DRAIN_PASSES = 20
 # How far the server's clock may be from the host's reading of it when the host decides that the history
 # partition of the month the clock stands in already exists.
 PARTITION_MARGIN = timedelta(minutes=5)
-REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m reference.adapter"
-# The folder holding the harness's own `reference` package, beside `testhost`: the reference's census beside another
-# --impl starts REFERENCE_COMMAND there, so it runs that package whatever the run's working directory or
-# PYTHONPATH hold (`python -m` looks in the working directory first).
-REFERENCE_ROOT = str(Path(__file__).resolve().parents[2])
 # Starts of the implementation one case may make (first start, restarts after faults, a takeover processor,
 # retries): a program that dies at every start ends its case here instead of being restarted without end.
 MAX_STARTS = 8
@@ -87,54 +79,6 @@ def store_pool(world: World, migrations: Path | None = None) -> StorePool:
         _pools[key] = StorePool(world, migrations=migrations, history_at=T0 if world.capabilities.has(CLOCK) else None)
         world.on_down.append(lambda: _pools.pop(key).close())
     return _pools[key]
-
-
-@dataclass
-class CaseOutcome:
-    plan: CasePlan
-    verdict: str  # pass, fail, error, not-run
-    reason: str = ""
-    checks: list[CheckResult] = field(default_factory=list)
-    timeline: list[dict] = field(default_factory=list)
-    duration_s: float = 0.0
-    hits: dict[str, int] = field(default_factory=dict)
-    picture: dict | None = None  # the database's final state, run-independent (checks.normalize)
-    model_picture: dict | None = None  # what the model says this timeline must end in
-    fallbacks: list[str] = field(default_factory=list)
-    implementation: str = ""
-    operations: list[str] = field(default_factory=list)  # what the implementation's hello declared
-    contract: int | None = None  # the contract major version the hello targets, if it named one
-    logs: dict[str, str] = field(default_factory=dict)  # instance -> its stderr log
-    cause: str = ""  # of an `error` verdict: "implementation" (it broke the protocol) or "harness"
-    clock_skew: dict[str, dict] = field(default_factory=dict)  # instance -> its OS clock's skew, as verified
-    measurements: dict = field(default_factory=dict)  # figures a case reports beside its verdict (`restore-drills`)
-    facts: dict = field(default_factory=dict)  # what the run's diagnosis reads of the implementation (diagnosis_facts.py)
-    placements_missed: list[dict] = field(default_factory=list)  # earlier runs that never reached the planned hit
-
-    @property
-    def baseline(self) -> dict | None:
-        """What this run hands its scenario's faulted cases when it is the fault-free run."""
-        return make_baseline(self.picture, self.model_picture)
-
-    def to_json(self) -> dict:
-        found = {"id": self.plan.id, "scenario": self.plan.scenario, "barrier": self.plan.barrier,
-                 "fault": self.plan.fault, "hit": self.plan.hit, "verdict": self.verdict, "reason": self.reason,
-                 "checks": [c.to_json() for c in self.checks], "timeline": self.timeline,
-                 "duration_s": round(self.duration_s, 3), "barrier_hits": self.hits, "fallbacks": self.fallbacks,
-                 "operations": self.operations, "logs": self.logs}
-        if self.contract is not None:
-            found["contract"] = self.contract
-        if self.measurements:
-            found["measurements"] = self.measurements
-        if self.verdict == "error":
-            found["cause"] = self.cause or "harness"
-        if self.clock_skew:
-            found["clock_skew"] = self.clock_skew
-        if self.facts:
-            found["facts"] = self.facts
-        if self.placements_missed:
-            found["placements_missed"] = self.placements_missed
-        return found
 
 
 class CaseRun:
@@ -523,9 +467,3 @@ def run_case(world: World, scenario: Scenario, plan: CasePlan, command: str, log
         missed.append({"barrier_hits": dict(outcome.hits), "duration_s": round(outcome.duration_s, 3)})
     outcome.placements_missed = missed
     return outcome
-
-
-def planned_hit_not_reached(outcome: CaseOutcome) -> bool:
-    """A faulted run that tested nothing: its planned hit never came, and every other check passed."""
-    failed = {c.name for c in outcome.checks if not c.ok}
-    return outcome.plan.fault is not None and outcome.verdict == "fail" and failed == {"planned-fault-fired"}

@@ -6,9 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
-
-import psycopg
+from typing import TYPE_CHECKING, Any, Protocol
 
 from barriers import Barrier
 from barriers.catalog import PROCESSOR_TRANSACTIONS
@@ -16,9 +14,10 @@ from barriers.schema import OWNER
 
 from testhost.impl.implementation import Implementation
 from testhost.world import table_rows
-from testhost.world.worlds import DB_CRASH, NETWORK
+from testhost.world.capabilities import DB_CRASH, NETWORK
 
-from .run import FaultedRun
+if TYPE_CHECKING:  # a fault is named and planned where no world runs (a run's controller)
+    from .run import FaultedRun
 
 # Built-in scenarios that between them meet every transaction kind in every situation the catalog builds: where a
 # fault adds the same thing whatever the scenario (a crash, a pause inside a transaction, a kill or a cut after a
@@ -465,6 +464,8 @@ class Cancel:
         cancel = injection.details["cancel"] = {"next": self.NEXT[barrier.name], "cancelled_backend": None}
         schedule_id = injection.context.get("schedule_id")
         # A barrier context that names no schedule has every dispatch row held (at-single has one).
+        import psycopg  # here only: the controller that plans faults never connects
+
         conn = psycopg.connect(run.store.dsn(OWNER), autocommit=False)
         conn.execute("select 1 from appsurface_durable.schedule_dispatch where %(id)s::uuid is null "
                      "or schedule_id = %(id)s::uuid for update", {"id": schedule_id})

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from scenarios.scenario import Scenario
 
 from testhost.impl.implementation import Implementation
-from testhost.world.sessions import KeptSession
-from testhost.world.store import Store
-from testhost.world.worlds import World
+if TYPE_CHECKING:
+    from testhost.world.sessions import KeptSession
+    from testhost.world.store import Store
+    from testhost.world.worlds import World
 
 
 class PlannedFault(Protocol):

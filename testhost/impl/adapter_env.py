@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from psycopg.conninfo import conninfo_to_dict
-
 # The URI's authority and path carry these; every other keyword goes into its query string.
 _AUTHORITY = ("user", "password", "host", "port", "dbname")
 
@@ -19,6 +17,8 @@ def dsn_uri(dsn: str) -> str:
     """The same connection as a libpq URI, `postgresql://user:password@host:port/dbname?keyword=value`, every
     part percent-encoded (a socket directory as host included), so a driver that reads only URIs (node-pg's
     `connectionString`, many `DATABASE_URL` readers) reaches the same server, database and role."""
+    from psycopg.conninfo import conninfo_to_dict  # here only: a run's controller imports this module, never psycopg
+
     info = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
     user, password = info.get("user", ""), info.get("password")
     credentials = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")

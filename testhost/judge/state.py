@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-
-import psycopg
-from psycopg.rows import dict_row
+from typing import TYPE_CHECKING
 
 from .identity import parse_instant
+
+if TYPE_CHECKING:
+    import psycopg
 
 TABLES = {
     "definitions": "select * from appsurface_durable.schedule_definitions order by schedule_id",
@@ -68,6 +69,9 @@ def recorded_cursor(row: dict) -> datetime | None:
 
 def read_state(owner: "str | psycopg.Connection") -> StoreState:
     """From the migration owner's DSN, or on an open autocommit connection of the owner (the case's)."""
+    import psycopg  # here only: the rest of the module is what checks read, also where no store is (a controller)
+    from psycopg.rows import dict_row
+
     if isinstance(owner, str):
         with psycopg.connect(owner, autocommit=True) as conn:
             return read_state(conn)

@@ -16,7 +16,7 @@ from reports.render import remove_outputs
 from scenarios.matrix import CasePlan
 from scenarios.scenario import Scenario
 
-from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT
+from testhost.impl.reference_command import REFERENCE_COMMAND, REFERENCE_ROOT
 from testhost.impl import provenance
 
 from . import run_report, shard, workers

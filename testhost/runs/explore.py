@@ -23,7 +23,7 @@ from typing import Callable
 from reports import counted, report as reports
 from reports.render import remove_outputs, render
 
-from testhost.case.runner import REFERENCE_COMMAND
+from testhost.impl.reference_command import REFERENCE_COMMAND
 from testhost.errors import TestHostError
 from testhost.impl import provenance
 

@@ -395,7 +395,7 @@ def replay(path: Path, command: str | None = None) -> int:
     from scenarios.hostile import Hostile
 
     from testhost.impl import provenance
-    from testhost.case.runner import REFERENCE_COMMAND
+    from testhost.impl.reference_command import REFERENCE_COMMAND
     from testhost.world.worlds import World
 
     written = json.loads(path.read_text())

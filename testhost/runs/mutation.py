@@ -24,7 +24,7 @@ from mutants import MUTANTS, Mutant, migrations_dir
 from scenarios.matrix import CasePlan, expand, select
 from scenarios.scenario import load_catalog
 
-from testhost.case.runner import REFERENCE_COMMAND
+from testhost.impl.reference_command import REFERENCE_COMMAND
 from testhost.faults.catalog import FAULTS
 from testhost.world.workspace import DEFAULT_ROOT
 

@@ -15,18 +15,17 @@ from pathlib import Path
 from typing import Callable
 
 from barriers import CATALOG
-from scenarios.matrix import matches, patterns, select
+from scenarios.matrix import CasePlan, matches, patterns, select
 from scenarios.scenario import Scenario, load_catalog
 
-from testhost.case.runner import REFERENCE_COMMAND, CasePlan
 from testhost.errors import TestHostError
 from testhost.faults.catalog import FAULTS
 from testhost.impl.implementation import LAUNCHERS
+from testhost.impl.reference_command import REFERENCE_COMMAND
 
-from .schema_stage import CASE_ID as SCHEMA_STAGE_ID
-# The schema-version stage's case: run beside the fault-free cases whenever the --scenario filter matches its id
-# (every run without one), as the pseudo-scenario it is named after.
-from .schema_version import CASE_ID as SCHEMA_VERSION_ID
+# The schema-version stage's case runs beside the fault-free cases whenever the --scenario filter matches its id
+# (every run without one).
+from .stage_ids import SCHEMA_STAGE_ID, SCHEMA_VERSION_ID
 
 
 JOBS_VARIABLE = "CRASHPROOF_JOBS"

@@ -17,7 +17,9 @@ from typing import Callable, Iterator
 
 from reports import counted
 
-from testhost.case.runner import CaseOutcome, CasePlan
+from scenarios.matrix import CasePlan
+
+from testhost.case.outcome import CaseOutcome
 from testhost.errors import TestHostError
 
 from . import workers

@@ -16,10 +16,9 @@ from barriers import CATALOG, required_of
 from reports import counted, diagnosis, report as reports
 from reports.render import render as render_all
 from scenarios.instances import format_offset
-from scenarios.matrix import patterns
+from scenarios.matrix import CasePlan, patterns
 from scenarios.scenario import Scenario
 
-from testhost.case.runner import CasePlan
 from testhost.impl.forkserver import module_command
 
 from .options import Options

@@ -30,8 +30,9 @@ from testhost.judge.contract_notes import settle
 from testhost.world.store import MigrationFailed, Store, new_store, schema_migrations
 from testhost.world.worlds import CLOCK, World
 
+from .stage_ids import SCHEMA_STAGE_ID
 
-CASE_ID = "schema-stage"
+CASE_ID = SCHEMA_STAGE_ID
 SCOPE = "schema-stage"
 
 _FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text",

@@ -19,7 +19,9 @@ from testhost.judge.rules import CheckResult
 from testhost.judge.stage_rules import SCHEMA_VERSION_REFUSED
 from testhost.world.store import Store, new_store
 
-CASE_ID = "schema-version"
+from .stage_ids import SCHEMA_VERSION_ID
+
+CASE_ID = SCHEMA_VERSION_ID
 SCOPE = "schema-version"
 # The last migration before 0004_schedule_protocol.sql: Work and Flow only (runtime version 3).
 UPTO = 3

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from barriers import required_of
 from reports import counted
-from scenarios.matrix import barrier_sequence, expand
+from scenarios.matrix import CasePlan, barrier_sequence, expand
 from scenarios.scenario import Scenario
 
-from testhost.case.runner import REFERENCE_COMMAND, REFERENCE_ROOT, CaseOutcome, CasePlan
+from testhost.case.outcome import CaseOutcome
 from testhost.faults.catalog import FAULTS
 from testhost.impl import implementation, provenance
+from testhost.impl.reference_command import REFERENCE_COMMAND, REFERENCE_ROOT
 
 from . import workers
 from .options import Options, check_world_options, preflight, stage_plans, validate

@@ -12,9 +12,9 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from scenarios.matrix import CasePlan
 from scenarios.scenario import Scenario, load_catalog
 
-from testhost.case.runner import CASE_SEED, CasePlan, run_case
 from testhost.impl import implementation
 from testhost.impl.implementation import set_launcher
 
@@ -51,6 +51,9 @@ def start(mode: dict) -> None:
     """A worker's initializer: its world (a local one, --dsn's or Docker's) up, and the catalog its cases name."""
     global _world, _scenarios
     take_stop_signals(_abort)
+    # The case's modules (psycopg, Toxiproxy's client) load here, in the worker: the controller that names these
+    # functions imports this module and never runs a case.
+    from testhost.case.runner import CASE_SEED
     from testhost.world.docker_world import docker_world
     from testhost.world.worlds import ExternalWorld, World
     set_launcher(mode.get("launcher", "fork-server"))
@@ -80,6 +83,7 @@ def run_plan(plan: CasePlan, command: str, log_dir: str, baseline: dict | None,
         return {"case": case, "baseline": None, "implementation": hello.get("implementation", "")}
     if plan.scenario == SCHEMA_STAGE_ID:
         return {"case": schema_stage(migrations), "baseline": None, "implementation": ""}
+    from testhost.case.runner import run_case
     outcome = run_case(_world, _scenarios[plan.scenario], plan, command, Path(log_dir), baseline,
                        Path(migrations) if migrations else None,
                        timedelta(seconds=clock_offset_s) if clock_offset_s is not None else None, instance_commands,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -13,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from testhost.errors import ComponentMissing, TestHostError
 
+from .capabilities import CLOCK, DB_CRASH, NETWORK, Capabilities
 from .clock import NoClock, ServerClock
 from .cluster import Cluster, sweep_stale_segments
 from .components import find_libfaketime, find_postgres
@@ -34,22 +34,6 @@ class Seed(Protocol):
 
 
 # Capabilities a case may need; a world lacking one says why, and such cases are reported not-run.
-CLOCK, DB_CRASH, NETWORK = "clock", "db-crash", "network"
-
-
-@dataclass
-class Capabilities:
-    """What this world can do; each missing capability carries the reason it is missing."""
-
-    missing: dict[str, str] = field(default_factory=dict)
-
-    def has(self, name: str) -> bool:
-        return name not in self.missing
-
-    def reason(self, name: str) -> str | None:
-        return self.missing.get(name)
-
-
 class World:
     """The embedded default world: everything started here, everything torn down on exit.
 
