@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,6 +49,16 @@ def fresh_world():
     """A world of its own: for tests that crash the cluster, cut the proxy or move the clock."""
     with World("test", seed=CASE_SEED) as own:
         yield own
+
+
+@pytest.fixture
+def home():
+    """A workspace (CRASHPROOF_HOME) of the test's own, under /tmp itself: the server user cannot reach pytest's
+    temporary folders. A module that needs more of it (a longer life, a teardown check) defines its own."""
+    root = Path(tempfile.mkdtemp(prefix="crashproof-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

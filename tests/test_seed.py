@@ -2,9 +2,7 @@
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -19,14 +17,6 @@ from testhost.world.store import ReferenceSeed, Snapshot, new_store
 from testhost.world.workspace import SEED_MANIFEST, Workspace
 from testhost.world.worlds import World
 
-
-@pytest.fixture
-def home():
-    """A workspace of its own, under /tmp itself: the server user cannot reach pytest's temporary folders."""
-    root = Path(tempfile.mkdtemp(prefix="crashproof-seed-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _databases(world: World) -> set[str]:

@@ -2,9 +2,7 @@
 world's start makes and frees no files (testhost/world/spares.py)."""
 
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import psycopg
@@ -84,14 +82,6 @@ def test_spares_are_kept_up_to_their_number_and_each_is_claimed_once(tmp_path):
     assert list(folder.iterdir()) == []
     assert not spares.take(tmp_path / "no-such-folder", tmp_path / "d")
 
-
-@pytest.fixture
-def home():
-    """A workspace of its own, under /tmp itself: the server user cannot reach pytest's temporary folders."""
-    root = Path(tempfile.mkdtemp(prefix="crashproof-spares-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _answers(world: World) -> int:

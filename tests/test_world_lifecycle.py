@@ -1,17 +1,14 @@
 """No postgres or toxiproxy outlives its world: not after a failing test, not after a killed harness."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from testhost.world.components import embedded_bindir
 from testhost.world.processes import pids_with_cwd_or_arg
@@ -29,13 +26,6 @@ FAILING_TEST = textwrap.dedent('''
             assert False, "this test fails on purpose"
 ''')
 
-
-@pytest.fixture
-def home():
-    root = Path(tempfile.mkdtemp(prefix="crashproof-leak-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait_no_processes(root: Path, timeout: float = 10.0) -> list[int]:
