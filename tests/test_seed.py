@@ -18,7 +18,6 @@ from testhost.world.workspace import SEED_MANIFEST, Workspace
 from testhost.world.worlds import World
 
 
-
 def _databases(world: World) -> set[str]:
     with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
         return {r[0] for r in conn.execute("select datname from pg_database")}

@@ -83,7 +83,6 @@ def test_spares_are_kept_up_to_their_number_and_each_is_claimed_once(tmp_path):
     assert not spares.take(tmp_path / "no-such-folder", tmp_path / "d")
 
 
-
 def _answers(world: World) -> int:
     with psycopg.connect(world.admin_dsn(), autocommit=True) as conn:
         return conn.execute("select count(*) from pg_database").fetchone()[0]

@@ -27,7 +27,6 @@ FAILING_TEST = textwrap.dedent('''
 ''')
 
 
-
 def _wait_no_processes(root: Path, timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while (left := pids_with_cwd_or_arg(str(root))) and time.monotonic() < deadline:
