@@ -151,8 +151,8 @@ class Workspace:
         return (self.user.uid, self.user.gid) if self.user.is_switch else None
 
     def chown(self, path: Path) -> None:
-        if self.user.is_switch:
-            os.chown(path, self.user.uid, self.user.gid)
+        if self.owner is not None:
+            os.chown(path, *self.owner)
 
     @contextmanager
     def _lock(self, name: str, *, shared: bool = False):
