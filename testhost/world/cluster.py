@@ -79,7 +79,7 @@ class Cluster:
 
     def keep_as_spare(self) -> bool:
         """After discard(): leave the data directory to the workspace's spares instead of removing it."""
-        return self.pid is None and spares.keep(self.workspace.spares, self.datadir)
+        return spares.keep(self.workspace.spares, self.datadir)
 
     def start(self, timeout: float = READY_TIMEOUT) -> "Cluster":
         if self.running:
