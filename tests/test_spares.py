@@ -57,6 +57,15 @@ def test_copy_over_makes_the_copy_and_keeps_the_inodes_of_the_files_both_hold(tm
     assert {name: (target / name).stat().st_ino for name in kept} == kept  # written over, not made anew
 
 
+def test_a_source_that_ends_before_its_size_is_an_error_not_a_short_copy(tmp_path, monkeypatch):
+    source, target = tmp_path / "source", tmp_path / "target"
+    _write(source / "base" / "1" / "1259", b"a" * 20000)
+    _write(target / "base" / "1" / "1259", b"b" * 20000)
+    monkeypatch.setattr(os, "sendfile", lambda *args: 0)  # the file cut short by something else meanwhile
+    with pytest.raises(OSError, match=r"1259: ended at byte 0 of 20000 while it was copied"):
+        spares.copy_over(source, target)
+
+
 def test_copy_over_refuses_what_a_data_directory_never_holds(tmp_path):
     source, target = tmp_path / "source", tmp_path / "target"
     _write(source / "file", b"x")
