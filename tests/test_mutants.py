@@ -86,9 +86,36 @@ def test_every_mutant_is_caught_by_its_slice_naming_its_rule_and_the_reference_p
         entry = by_name[mutant.name]
         assert entry["rule_named"] and entry["caught_by"], entry
         assert entry["also_named"] == list(mutant.also), entry  # what `also` claims, its slice shows
+    # Its slice: 65 faulted cases (a kill right after its decision commits, in every scenario) and the 30 fault-free
+    # runs they are compared with. The fault-free all run; settled (killed, no `also`) by its first faulted cases,
+    # it runs a handful of the faulted, not all 95.
+    assert by_name["cursor-own-transaction"]["cases_run"] < 45, by_name["cursor-own-transaction"]
     # a pass that decides nothing where the scenario promised occurrences is also a vacuous run
     assert "due-instants-decided" in by_name["processor-clock-cutoff"]["checks_named"]
     assert any(line.startswith("time: ") for line in out)
+
+
+def test_a_case_whose_turn_comes_once_its_mutant_is_settled_is_not_run():
+    """run_cases asks `skip` of each plan as its turn comes: after the failure that settles a mutant, only the
+    cases already in flight finish; the rest never start, and the progress line's total shrinks to match. (The
+    mutants' hunt skips faulted cases only: tests/test_mutants.py's whole-catalog test.)"""
+    from concurrent.futures import ThreadPoolExecutor
+    from scenarios.matrix import CasePlan
+    from testhost.runs.pool import Pool, Progress, run_cases
+    plans = [CasePlan("at-single", "schedule-link-after-commit", "kill", hit) for hit in range(1, 11)]
+    ran, failed = [], []
+
+    def worker(plan, _command, _log_dir, _baseline):
+        ran.append(plan.hit)
+        return {"case": {"id": plan.id, "verdict": "fail" if plan.hit == 2 else "pass"}, "baseline": None}
+
+    progress = Progress(len(plans), lambda line: None, "mutants: slice")
+    results = run_cases(Pool(lambda: ThreadPoolExecutor(max_workers=1)), [(p, None) for p in plans], "", "",
+                        progress, worker=worker, skip=lambda plan: bool(failed),
+                        finished=lambda r: failed.extend([r] if r["case"]["verdict"] == "fail" else []))
+    assert ran[:2] == [1, 2] and set(ran) <= {1, 2, 3}  # at most the one submitted beside the failure
+    assert sorted(r["plan"].hit for r in results) == sorted(ran) and len(failed) == 1
+    assert progress.total == progress.done == len(ran)
 
 
 def test_an_unknown_mutant_glob_is_a_one_line_error_before_anything_runs(tmp_path, capsys):

@@ -141,7 +141,8 @@ def test_every_go_mutant_is_killed_in_its_slice_naming_its_rule_and_leaves_no_co
     assert set(named) == set(GO_KILLED_BY)
     for name, check in GO_KILLED_BY.items():
         assert named[name]["rule_named"] and check in named[name]["checks_named"], named[name]
-    assert set((home / "patch-mutants").glob("*")) == before
+    # None of its copies is left; another run beside it (a test in another process) may have ended meanwhile.
+    assert set((home / "patch-mutants").glob("*")) <= before
 
 
 def test_the_patched_copies_are_removed_when_a_patch_does_not_apply(tmp_path, monkeypatch):

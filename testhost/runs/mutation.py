@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from mutants import MUTANTS, Mutant, migrations_dir
 from scenarios.matrix import CasePlan, expand, select
@@ -67,6 +68,11 @@ class Verdict:
     @property
     def killed(self) -> bool:
         return bool(self.naming)
+
+    @property
+    def settled(self) -> bool:
+        """Killed, and every sentence of its `also` named: a further case could only be one more that catches it."""
+        return self.killed and len(self.also_named) == len(getattr(self.mutant, "also", ()))
 
     def to_json(self) -> dict:
         # Once killed, report only the cases and checks that name the broken rule; else every failure seen.
@@ -142,30 +148,28 @@ class MutantRun:
     def close(self) -> None:
         self.pool.close()
 
-    def run(self, jobs: list[tuple[str, str, str | None, CasePlan]], label: str) -> list[tuple[str, dict]]:
-        """jobs: (job label, command, migrations, plan). Returns (job label, case) for every plan that ran; a stop
-        (RunStopped) carries those finished before it as `finished`."""
+    def run(self, jobs: list[tuple[str, str, str | None, CasePlan]], label: str,
+            settled: Callable[[str], bool] = lambda label: False,
+            on_case: Callable[[str, dict], None] = lambda label, case: None) -> list[tuple[str, dict]]:
+        """jobs: (job label, command, migrations, plan). Returns (job label, case) for every plan that ran, each
+        also handed to `on_case` as it finishes. A faulted job whose label is `settled` when its turn comes does
+        not run; every fault-free one does (few, and each the baseline of its scenario's faulted cases)."""
         results: list[tuple[str, dict]] = []
-        try:
-            for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
-                batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations, name)
-                         for name, command, migrations, p in jobs if phase(p)]
-                if not batch:
-                    continue
-                ran: list[dict] = []
-                try:
-                    run_cases(self.pool, [(j, self.baselines.get((j.label, j.scenario))) for j in batch], "",
-                              str(self.log_dir), Progress(len(batch), self.options.progress, label),
-                              worker=_job_worker, results=ran, signals=self.signals)
-                finally:
-                    results += [(r["plan"].label, r["case"]) for r in ran]
-                for r in ran:
-                    job = r["plan"]
-                    if job.fault is None and r.get("baseline") is not None:
-                        self.baselines[(job.label, job.scenario)] = r["baseline"]
-        except RunStopped as stop:
-            stop.finished = results
-            raise
+        for phase in (lambda p: p.fault is None, lambda p: p.fault is not None):
+            batch = [Job(p.scenario, p.barrier, p.fault, p.hit, p.repeat, command, migrations, name)
+                     for name, command, migrations, p in jobs if phase(p)]
+            if not batch:
+                continue
+            ran: list[dict] = []
+            run_cases(self.pool, [(j, self.baselines.get((j.label, j.scenario))) for j in batch], "",
+                      str(self.log_dir), Progress(len(batch), self.options.progress, label),
+                      worker=_job_worker, results=ran, signals=self.signals, skip=lambda job: job.fault is not None and settled(job.label),
+                      finished=lambda r: on_case(r["plan"].label, r["case"]))
+            results += [(r["plan"].label, r["case"]) for r in ran]
+            for r in ran:
+                job = r["plan"]
+                if job.fault is None and r.get("baseline") is not None:
+                    self.baselines[(job.label, job.scenario)] = r["baseline"]
         return results
 
 
@@ -214,7 +218,9 @@ def _census_and_control(runner: MutantRun, options: Options, mutants: list, cont
 def _hunt(runner: MutantRun, verdicts: dict[str, Verdict], matrix: list[CasePlan], slices: dict[str, list[CasePlan]],
           exhaustive: bool, all_cases: bool) -> None:
     """Each mutant through the phases (its slice; then, exhaustive, the fault-free runs and the rest of the matrix)
-    until a case names its broken rule (or, all_cases, through every case); each case run no more than once."""
+    until a case names its broken rule (or, all_cases, through every case); each case run no more than once. Within
+    a phase a mutant's faulted cases stop once it is settled (killed, and every sentence of its `also` named): a
+    further one could only be one more case that catches it (`--all-cases` runs them all)."""
     schema = {name: _schema_of(verdict.mutant) for name, verdict in verdicts.items()}
     done: set[tuple[str, str]] = set()
     phases = [("slice", lambda m: _with_baselines(slices[m.name])),
@@ -231,8 +237,8 @@ def _hunt(runner: MutantRun, verdicts: dict[str, Verdict], matrix: list[CasePlan
                 if (m.name, plan.id) not in done:
                     done.add((m.name, plan.id))
                     jobs.append((m.name, m.command, schema[m.name], plan))
-        for name, case in runner.run(jobs, f"mutants: {label}"):
-            _record(verdicts[name], [case])
+        runner.run(jobs, f"mutants: {label}", settled=lambda name: not all_cases and verdicts[name].settled,
+                   on_case=lambda name, case: _record(verdicts[name], [case]))
 
 
 def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool = True, impl: str | None = None,
@@ -264,10 +270,7 @@ def run_mutants(options: Options, names: str | None = None, *, exhaustive: bool 
             signals.armed = False
         except RunStopped as stop:
             signals.armed = False
-            stopped = stop
-            for name, case in getattr(stop, "finished", []):
-                if name in verdicts:
-                    _record(verdicts[name], [case])
+            stopped = stop  # the cases it finished before the stop are recorded already, as they finished
             if runner is not None:
                 runner.pool.abort()
         finally:

@@ -218,6 +218,10 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self._last_tenth = -1
 
+    def drop(self) -> None:
+        """A case that will not run after all (its mutant is settled): the total shrinks by one."""
+        self.total -= 1
+
     def update(self, verdict: str) -> None:
         self.done += 1
         self.failed += verdict in ("fail", "error")
@@ -241,11 +245,13 @@ def _error_case(plan: CasePlan, reason: str) -> dict:
 
 def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: str, log_dir: str,
               progress: Progress, worker=None, results: list[dict] | None = None, fail_fast: bool = False,
-              signals: StopSignals = NO_SIGNALS) -> list[dict]:
+              signals: StopSignals = NO_SIGNALS, skip: Callable[[CasePlan], bool] | None = None,
+              finished: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every plan; a worker that dies takes only its case with it (verdict error), the pool is renewed.
 
-    Finished cases go to `results` as they finish. A stop (a signal, or the first failed case with fail_fast)
-    raises RunStopped naming the plans not finished; the caller aborts the pool."""
+    Finished cases go to `results` (and to `finished`) as they finish; a plan that `skip` answers true for when its
+    turn comes is not run. A stop (a signal, or the first failed case with fail_fast) raises RunStopped naming the
+    plans not finished; the caller aborts the pool."""
     worker = worker or workers.run_plan
     results = [] if results is None else results
     queue = list(plans)
@@ -258,6 +264,10 @@ def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: st
             signals.check()
             while queue and len(in_flight) < pool.jobs * 2:
                 plan, baseline = queue[0]
+                if skip is not None and skip(plan):
+                    queue.pop(0)
+                    progress.drop()
+                    continue
                 suspect_running = any(p.id in broke_once for p, _ in in_flight.values())
                 if suspect_running or (plan.id in broke_once and in_flight):
                     break  # a case under suspicion runs alone, so a second break names it
@@ -281,6 +291,8 @@ def run_cases(pool: Pool, plans: list[tuple[CasePlan, dict | None]], command: st
                 except Exception as exc:  # noqa: BLE001 - a harness failure is this case's error
                     result = {"case": _error_case(plan, f"{type(exc).__name__}: {exc}"), "baseline": None}
                 results.append({**result, "plan": plan})
+                if finished is not None:
+                    finished(results[-1])
                 progress.update(result["case"]["verdict"])
                 if fail_fast and result["case"]["verdict"] in ("fail", "error"):
                     raise RunStopped(why=f"--fail-fast: {plan.id} ended {result['case']['verdict']}")
