@@ -98,7 +98,7 @@ def test_every_mutant_is_caught_by_its_slice_naming_its_rule_and_the_reference_p
 def test_a_case_whose_turn_comes_once_its_mutant_is_settled_is_not_run():
     """run_cases asks `skip` of each plan as its turn comes: after the failure that settles a mutant, only the
     cases already in flight finish; the rest never start, and the progress line's total shrinks to match. (The
-    mutants' hunt skips faulted cases only: tests/test_mutants.py's whole-catalog test.)"""
+    mutants' hunt skips faulted cases only: the whole-catalog test above.)"""
     from concurrent.futures import ThreadPoolExecutor
     from scenarios.matrix import CasePlan
     from testhost.runs.pool import Pool, Progress, run_cases

@@ -163,7 +163,8 @@ class MutantRun:
             ran: list[dict] = []
             run_cases(self.pool, [(j, self.baselines.get((j.label, j.scenario))) for j in batch], "",
                       str(self.log_dir), Progress(len(batch), self.options.progress, label),
-                      worker=_job_worker, results=ran, signals=self.signals, skip=lambda job: job.fault is not None and settled(job.label),
+                      worker=_job_worker, results=ran, signals=self.signals,
+                      skip=lambda job: job.fault is not None and settled(job.label),
                       finished=lambda r: on_case(r["plan"].label, r["case"]))
             results += [(r["plan"].label, r["case"]) for r in ran]
             for r in ran:

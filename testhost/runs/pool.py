@@ -219,7 +219,7 @@ class Progress:
         self._last_tenth = -1
 
     def drop(self) -> None:
-        """A case that will not run after all (its mutant is settled): the total shrinks by one."""
+        """A case that will not run after all (run_cases was told to skip it): the total shrinks by one."""
         self.total -= 1
 
     def update(self, verdict: str) -> None:
