@@ -69,13 +69,16 @@ def test_a_wrapper_that_runs_the_reference_as_its_child_passes_every_kill_and_pa
     assert "wrapper: the adapter exited" in stderr  # the log is the wrapper's and its child's
 
 
-def _start_run(home: Path, report_dir: Path, *extra: str) -> tuple[subprocess.Popen, list[str]]:
+def _start_run(home: Path, report_dir: Path, *extra: str) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """A certify run started as its own session, once its first faulted case is done; its standard error's lines
+    gather in the list as the returned thread reads them."""
     process = subprocess.Popen(
         [sys.executable, "-m", "testhost.cli", "certify", "--impl", WRAPPED_REFERENCE, "--scenario", "at-single",
          "--fault", "kill,pause", "--jobs", "2", "--report-dir", str(report_dir), *extra],
         cwd=ROOT, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     errors: list[str] = []
-    threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
+    errors_read = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)
+    errors_read.start()
     deadline = time.monotonic() + 180
     # two fault-free runs: the implementation's and the reference's (whose barriers it must reach too)
     while sum(line.startswith("fault-free") and "1/1" in line for line in errors) < 2:
@@ -84,17 +87,30 @@ def _start_run(home: Path, report_dir: Path, *extra: str) -> tuple[subprocess.Po
     while not any(line.startswith("faulted") for line in errors):  # the first faulted case is done: more run now
         assert process.poll() is None and time.monotonic() < deadline, "".join(errors)
         time.sleep(0.1)
-    return process, errors
+    return process, errors, errors_read
+
+
+def _finish(process: subprocess.Popen, errors_read: threading.Thread, timeout: float) -> str:
+    """The run's standard output once it has exited, with its standard error read to the end by `errors_read`.
+    Not communicate(): it would read standard error too, taking lines from that reader (so a check of its lines
+    could miss them) and closing the pipe under it."""
+    out: list[str] = []
+    out_read = threading.Thread(target=lambda: out.extend(process.stdout), daemon=True)
+    out_read.start()
+    process.wait(timeout=timeout)
+    for reader in (out_read, errors_read):
+        reader.join(timeout=30)  # a process that kept the pipes open outlives the run: the checks of survivors say so
+    return "".join(out)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 @pytest.mark.parametrize("to", ["process", "group"])
 def test_a_stop_signal_tears_everything_down_and_writes_a_partial_report(sig, to, home, tmp_path):
     report_dir = tmp_path / "report"
-    process, errors = _start_run(home, report_dir)
+    process, errors, errors_read = _start_run(home, report_dir)
     assert survivors(home), "the run has no processes to leave behind: the test would prove nothing"
     (os.killpg if to == "group" else os.kill)(process.pid, sig)
-    out, _ = process.communicate(timeout=120)
+    out = _finish(process, errors_read, timeout=120)
     assert process.returncode == 128 + sig, out + "".join(errors)
     assert f"partial report: {report_dir / 'report.json'}" in out and out.startswith("interrupted after ")
     assert "Traceback" not in out + "".join(errors)
@@ -111,11 +127,11 @@ def test_a_stop_signal_tears_everything_down_and_writes_a_partial_report(sig, to
 
 
 def test_a_second_signal_forces_the_exit_and_the_workers_still_clean_up(home, tmp_path):
-    process, errors = _start_run(home, tmp_path / "report")
+    process, _, errors_read = _start_run(home, tmp_path / "report")
     process.send_signal(signal.SIGTERM)
     time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
-    out, _ = process.communicate(timeout=60)
+    _finish(process, errors_read, timeout=60)
     assert process.returncode == 143
     deadline = time.monotonic() + 60
     while (survivors(home) or list((home / "worlds").iterdir())) and time.monotonic() < deadline:
