@@ -356,6 +356,32 @@ def test_a_world_going_down_takes_its_postmasters_segment_with_it():
     assert restarted not in _segments()
 
 
+def _dynamic_segments(pid: int) -> set[str]:
+    """The dynamic shared memory a server process maps: POSIX objects (/dev/shm/PostgreSQL.N) or files of its
+    data directory (pg_dynshmem/mmap.N)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split()[-1] for line in maps if "/PostgreSQL." in line or "/pg_dynshmem/" in line}
+
+
+def test_a_killed_world_leaves_no_dynamic_shared_memory_behind():
+    """A server killed outside its own shutdown (a world's teardown, a killed run's watcher) cannot remove its
+    dynamic shared memory; held as files in the data directory, it goes with the world folder, where POSIX objects
+    stayed in /dev/shm (about 1 MB each, in RAM) until reboot."""
+    from testhost.world.worlds import World
+
+    world = World("dynamic-memory").up()
+    try:
+        datadir, postmaster = world.cluster.datadir, world.cluster.pid
+        mapped = _dynamic_segments(postmaster)
+        assert mapped, "the postmaster maps no dynamic shared memory: the test would prove nothing"
+        assert all(path.startswith(str(datadir / "pg_dynshmem") + "/") for path in mapped), mapped
+        world.cluster.crash()  # SIGKILL: nothing of the server's own clean-up runs
+        assert all(os.path.exists(path) for path in mapped)  # what a killed server leaves, until its folder goes
+    finally:
+        world.down()
+    assert not any(os.path.exists(path) for path in mapped)
+
+
 def test_the_sweep_removes_only_unattached_segments_whose_creator_is_gone(tmp_path):
     import ctypes
     import subprocess
