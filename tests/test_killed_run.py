@@ -69,16 +69,25 @@ def _wait_for_line(run: subprocess.Popen, wanted: str, timeout: float = 180.0) -
     pytest.fail(f"the run ended (rc {run.wait()}) before a line with {wanted!r}:\n{''.join(seen[-30:])}")
 
 
-def _survivors(home: Path, group: int, run: str) -> dict[str, list]:
+def _shared_memory() -> set[str]:
+    """The /dev/shm objects a run can leave when its processes are killed: multiprocessing's named semaphores (its
+    resource tracker unlinks them once their users are gone) and PostgreSQL's POSIX dynamic shared memory."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "PostgreSQL."))}
+
+
+def _survivors(home: Path, group: int, run: str, shared_before: set[str]) -> dict[str, list]:
     worlds = home / "worlds"
     return {"process group": group_members(group),
+            "new objects in /dev/shm": sorted(_shared_memory() - shared_before),
             "command line or working directory under CRASHPROOF_HOME": pids_with_cwd_or_arg(str(home)),
             "environment tagged with the run": orphans.processes_of_run(run),
             "world folders": sorted(p.name for p in worlds.iterdir()) if worlds.exists() else []}
 
 
-def _kill_and_look(home: Path, run: subprocess.Popen, *, running: bool = True) -> dict[str, list]:
-    """SIGKILL the controller; what of its run is still there GONE_WITHIN_S later (or as soon as nothing is)."""
+def _kill_and_look(home: Path, run: subprocess.Popen, shared_before: set[str], *, running: bool = True
+                   ) -> dict[str, list]:
+    """SIGKILL the controller; what of its run is still there GONE_WITHIN_S later (or as soon as nothing is).
+    `shared_before`: /dev/shm's objects before the run started (this module runs alone, so any new one is its)."""
     tag = orphans.process_id(run.pid)
     if running:
         assert pids_with_cwd_or_arg(str(home)), "the run's worlds should be up before the kill"
@@ -86,7 +95,7 @@ def _kill_and_look(home: Path, run: subprocess.Popen, *, running: bool = True) -
     run.send_signal(signal.SIGKILL)
     run.wait()
     deadline = time.monotonic() + GONE_WITHIN_S
-    while any((left := _survivors(home, run.pid, tag)).values()) and time.monotonic() < deadline:
+    while any((left := _survivors(home, run.pid, tag, shared_before)).values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -99,24 +108,27 @@ SMALL = ["certify", "--scenario", "at-single", "--fault", "kill", "--jobs", "2"]
                                           ("report", "writing the report")])
 def test_a_certify_killed_at_any_moment_leaves_no_process_and_no_world(home, started, tmp_path, moment, line):
     # the report's moment needs only a run that gets there, the others one still running when its line comes
+    shared_before = _shared_memory()
     run = _start(started, home, tmp_path / "report", *(SMALL if moment == "report" else CERTIFY))
     _wait_for_line(run, line)
     # writing the report, the workers are done and gone: what is left to find is what the controller started
-    left = _kill_and_look(home, run, running=moment != "report")
+    left = _kill_and_look(home, run, shared_before, running=moment != "report")
     assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL at the {moment}: {left}"
 
 
 def test_an_explore_killed_mid_program_leaves_no_process_and_no_world(home, started, tmp_path):
+    shared_before = _shared_memory()
     run = _start(started, home, tmp_path / "found", "explore", "--jobs", "2", "--max-examples", "200", "--hostile", "0")
     _wait_for_line(run, "steps,")  # its first progress line: programs are running
-    left = _kill_and_look(home, run)
+    left = _kill_and_look(home, run, shared_before)
     assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL of explore: {left}"
 
 
 def test_a_mutants_run_killed_mid_matrix_leaves_no_process_and_no_world(home, started, tmp_path):
+    shared_before = _shared_memory()
     run = _start(started, home, tmp_path / "mutants", "mutants", "--jobs", "2", "--slice-only", "--scenario", "at-*")
     _wait_for_line(run, "mutants: ")  # the mutants' own cases are running
-    left = _kill_and_look(home, run)
+    left = _kill_and_look(home, run, shared_before)
     assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL of mutants: {left}"
 
 
@@ -193,6 +205,26 @@ def test_a_run_that_ends_normally_leaves_its_environment_as_it_was(tmp_path):
         with orphans.watched_run(tmp_path) as nested:  # the same controller again: one watcher is enough
             assert nested == run and os.environ[orphans.RUN_VARIABLE].count(run) == 1
     assert os.environ.get(orphans.RUN_VARIABLE) == before
+
+
+def test_a_controller_run_in_its_callers_process_leaves_that_process_its_resource_tracker(tmp_path):
+    """testhost.cli.main called in a process of its own caller (a library user, a test) tags what it starts for
+    its watcher. multiprocessing's resource tracker, first started by the run, is that process's: the watcher's
+    sweep must leave it, or the names a later run registers have no tracker to unlink them (and Python warns that
+    it "died unexpectedly")."""
+    script = ("import os, sys\n"
+              "from testhost.cli import main\n"
+              "from testhost.world.processes import children_of\n"
+              "assert main(['mutants', '--mutant', 'no-such-*', '--report-dir', sys.argv[1]]) == 2\n"
+              "trackers = [p for p in children_of(os.getpid())\n"
+              "            if b'resource_tracker' in open(f'/proc/{p}/cmdline', 'rb').read()]\n"
+              "print(len(trackers), [open(f'/proc/{p}/environ', 'rb').read().count(b'CRASHPROOF_RUN=') for p in trackers])\n")
+    env = {**os.environ, "CRASHPROOF_HOME": str(tmp_path / "home")}
+    env.pop(orphans.RUN_VARIABLE, None)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "report")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "[0]"], done.stdout + done.stderr  # alive after the sweep, and untagged
 
 
 def test_a_world_removal_cut_short_still_leaves_the_owner_record(tmp_path, monkeypatch):

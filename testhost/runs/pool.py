@@ -21,6 +21,7 @@ from scenarios.matrix import CasePlan
 
 from testhost.case.outcome import CaseOutcome
 from testhost.errors import TestHostError
+from testhost.world.processes import start_resource_tracker
 
 from . import workers
 from .options import Options
@@ -173,13 +174,7 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
-            # multiprocessing's resource tracker ignores SIGINT and SIGTERM but dies of a SIGHUP sent to the
-            # group, and one started again knows nothing of the first's resources: start it with SIGHUP ignored.
-            hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-            try:
-                resource_tracker.ensure_running()
-            finally:
-                signal.signal(signal.SIGHUP, hangup)
+            start_resource_tracker()  # before any worker, and immune to the group's SIGHUP
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._handle)
         return self

@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .processes import is_alive, pids_with_cwd_or_arg, signal_quietly, wait_gone
+from .processes import is_alive, pids_with_cwd_or_arg, signal_quietly, start_resource_tracker, wait_gone
 
 RUN_VARIABLE = "CRASHPROOF_RUN"
 OWNER_FILE = "owner.json"
@@ -224,6 +224,7 @@ def watched_run(worlds: Path):
     if run in chain:  # a nested controller in the same process: the outer one watches already
         yield run
         return
+    start_resource_tracker()  # untagged: the process's, not the run's, so the sweep leaves it to unlink what was left
     read_end, write_end = os.pipe()
     try:
         watcher = subprocess.Popen([sys.executable, "-m", "testhost.world.orphans", run, str(worlds)], stdin=read_end,

@@ -6,8 +6,10 @@ import ctypes
 import os
 import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import resource_tracker
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -22,6 +24,24 @@ _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
 def popen(*args, **kwargs) -> subprocess.Popen:
     """subprocess.Popen, run on the spawner thread so a die-with-parent child outlives the calling thread."""
     return _spawner.submit(subprocess.Popen, *args, **kwargs).result()
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker for this process, if it is not running yet, with SIGHUP ignored.
+
+    The tracker unlinks the named semaphores this process and its spawned workers registered once all of them are
+    gone, a SIGKILL included. It ignores SIGINT and SIGTERM by itself but dies of a SIGHUP sent to the group, and
+    one started again knows nothing of the first's names, which then stay in /dev/shm. A run's controller starts it
+    before it tags its environment (orphans.watched_run): the tracker is the process's, not the run's, and must
+    outlive the watcher's sweep of the run's processes to do its work."""
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()  # signal handlers are the main thread's to set
+        return
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
 
 
 def die_with_parent() -> None:
