@@ -227,6 +227,27 @@ def test_a_controller_run_in_its_callers_process_leaves_that_process_its_resourc
     assert done.stdout.split() == ["1", "[0]"], done.stdout + done.stderr  # alive after the sweep, and untagged
 
 
+def test_a_controller_started_from_another_thread_still_starts_the_resource_tracker():
+    """Only the main thread may set a signal handler, so from any other thread (a library user's) the tracker is
+    started without the SIGHUP guard rather than not at all."""
+    script = ("import os, threading\n"
+              "from testhost.world.processes import children_of, start_resource_tracker\n"
+              "errors = []\n"
+              "def start():\n"
+              "    try:\n"
+              "        start_resource_tracker()\n"
+              "    except Exception as exc:\n"
+              "        errors.append(repr(exc))\n"
+              "thread = threading.Thread(target=start)\n"
+              "thread.start()\n"
+              "thread.join()\n"
+              "trackers = [p for p in children_of(os.getpid())\n"
+              "            if b'resource_tracker' in open(f'/proc/{p}/cmdline', 'rb').read()]\n"
+              "print(len(trackers), errors)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split(maxsplit=1) == ["1", "[]\n"], done.stdout + done.stderr
+
+
 def test_a_world_removal_cut_short_still_leaves_the_owner_record(tmp_path, monkeypatch):
     world = tmp_path / "certify-cut"
     (world / "data" / "base").mkdir(parents=True)

@@ -46,8 +46,8 @@ SERVER_SETTINGS = {
     "log_connections": "on",
     "huge_pages": "off",
     # Dynamic shared memory as files in the data directory (pg_dynshmem/), not POSIX objects in /dev/shm: a server
-    # killed before its own exit cleans up (a world's teardown, a db-crash left for good, a killed run's watcher)
-    # left its segments in /dev/shm, about 1 MB each, in RAM until reboot; as files they go with the world folder.
+    # killed before its own exit cleans up (every world's teardown, a killed run's watcher) left its segments in
+    # /dev/shm, about 1 MB each, in RAM until reboot; as files they go with the world folder.
     "dynamic_shared_memory_type": "mmap",
     # Crash recovery first makes the data directory durable. The default opens and fsyncs every file (two
     # thousand, with the case databases), 0.1-0.3 s per db-crash case; syncfs syncs each file system once.
