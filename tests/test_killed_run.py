@@ -230,7 +230,11 @@ def test_a_controller_run_in_its_callers_process_leaves_that_process_its_resourc
 def test_a_controller_started_from_another_thread_still_starts_the_resource_tracker():
     """Only the main thread may set a signal handler, so from any other thread (a library user's) the tracker is
     started without the SIGHUP guard rather than not at all."""
-    script = ("import os, threading\n"
+    # multiprocessing names its tracker's pid. Its start returns between the fork and the exec, while the tracker's
+    # command line is still this script's, so the child waits (bounded) for the exec rather than reading it at once.
+    # The mark is built from two halves so that this script's own command line never holds it.
+    script = ("import os, threading, time\n"
+              "from multiprocessing import resource_tracker\n"
               "from testhost.world.processes import children_of, start_resource_tracker\n"
               "errors = []\n"
               "def start():\n"
@@ -241,9 +245,13 @@ def test_a_controller_started_from_another_thread_still_starts_the_resource_trac
               "thread = threading.Thread(target=start)\n"
               "thread.start()\n"
               "thread.join()\n"
-              "trackers = [p for p in children_of(os.getpid())\n"
-              "            if b'resource_tracker' in open(f'/proc/{p}/cmdline', 'rb').read()]\n"
-              "print(len(trackers), errors)\n")
+              "tracker = resource_tracker._resource_tracker._pid\n"
+              "mark = b'multiprocessing.resource_tracker' + b' import main'\n"
+              "deadline = time.monotonic() + 10\n"
+              "while tracker and time.monotonic() < deadline and mark not in open(f'/proc/{tracker}/cmdline', 'rb').read():\n"
+              "    time.sleep(0.01)\n"
+              "running = bool(tracker) and mark in open(f'/proc/{tracker}/cmdline', 'rb').read()\n"
+              "print(int(running and tracker in children_of(os.getpid())), errors)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.split(maxsplit=1) == ["1", "[]\n"], done.stdout + done.stderr
 
