@@ -63,6 +63,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 
 _CHILDREN_LISTED = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+_CHILDREN_READS = 5  # reads of the threads' lists before the scan, while threads keep ending
 
 
 def is_alive(pid: int) -> bool:
@@ -76,11 +77,13 @@ def children_of(pid: int) -> list[int]:
 
     Read from the kernel's list of each of pid's threads' children (a few files, not one per process of the
     machine: the scan cost milliseconds on a busy one); the scan of every process is the fallback for kernels
-    without those lists."""
+    without those lists, and for threads that keep ending while they are read."""
     if _CHILDREN_LISTED:
         try:
-            return [int(child) for task in os.listdir(f"/proc/{pid}/task")
-                    for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
+            for _ in range(_CHILDREN_READS):
+                children = _listed_children(pid)
+                if children is not None:
+                    return children
         except (FileNotFoundError, ProcessLookupError):
             return []  # pid is gone: its children, if any, have another parent now
         except PermissionError:
@@ -92,6 +95,22 @@ def children_of(pid: int) -> list[int]:
             if fields is not None and fields[1] == str(pid):
                 found.append(int(entry))
     return found
+
+
+def _listed_children(pid: int) -> list[int] | None:
+    """pid's children from its threads' lists, or None if a thread ended during the read.
+
+    A thread that ends hands its children to another thread of pid, perhaps one already read, so such a read may
+    miss them."""
+    threads = sorted(os.listdir(f"/proc/{pid}/task"))
+    children: list[int] = []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as listed:
+                children += [int(child) for child in listed.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+    return children if sorted(os.listdir(f"/proc/{pid}/task")) == threads else None
 
 
 def group_members(pgid: int) -> list[int]:
