@@ -71,8 +71,10 @@ def _wait_for_line(run: subprocess.Popen, wanted: str, timeout: float = 180.0) -
 
 def _shared_memory() -> set[str]:
     """The /dev/shm objects a run can leave when its processes are killed: multiprocessing's named semaphores (its
-    resource tracker unlinks them once their users are gone) and PostgreSQL's POSIX dynamic shared memory."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith(("sem.mp-", "PostgreSQL."))}
+    resource tracker unlinks them once their users are gone), PostgreSQL's POSIX dynamic shared memory and
+    libfaketime's pair of each process that preloads it (a world's removal takes those of gone processes)."""
+    return {name for name in os.listdir("/dev/shm")
+            if name.startswith(("sem.mp-", "PostgreSQL.", "faketime_shm_", "sem.faketime_sem_"))}
 
 
 def _survivors(home: Path, group: int, run: str, shared_before: set[str]) -> dict[str, list]:
@@ -100,8 +102,9 @@ def _kill_and_look(home: Path, run: subprocess.Popen, shared_before: set[str], *
     return left
 
 
-CERTIFY = ["certify", "--scenario", "at-*,every-anchored", "--jobs", "2"]
-SMALL = ["certify", "--scenario", "at-single", "--fault", "kill", "--jobs", "2"]
+# A skewed scenario in each: its implementation and fork server preload libfaketime, whose objects a kill leaves.
+CERTIFY = ["certify", "--scenario", "at-*,every-anchored,every-skewed-ahead", "--jobs", "2"]
+SMALL = ["certify", "--scenario", "at-single,every-skewed-ahead", "--fault", "kill", "--jobs", "2"]
 
 
 @pytest.mark.parametrize("moment, line", [("census", "fault-free"), ("matrix", "faulted ["),
@@ -114,6 +117,17 @@ def test_a_certify_killed_at_any_moment_leaves_no_process_and_no_world(home, sta
     # writing the report, the workers are done and gone: what is left to find is what the controller started
     left = _kill_and_look(home, run, shared_before, running=moment != "report")
     assert not any(left.values()), f"left behind {GONE_WITHIN_S}s after SIGKILL at the {moment}: {left}"
+
+
+def test_a_certify_that_ends_normally_leaves_nothing_in_dev_shm(home, started, tmp_path):
+    """One job runs its cases in the controller, whose world goes before its skewed fork server ends: the watcher
+    ends that server as the controller exits, then takes its clock objects."""
+    shared_before = _shared_memory()
+    run = _start(started, home, tmp_path / "report", "certify", "--scenario", "at-single,every-skewed-ahead", "--fault",
+                 "kill", "--jobs", "1")
+    output = run.communicate(timeout=300)[0]
+    assert run.returncode == 0, output[-3000:]
+    assert sorted(_shared_memory() - shared_before) == []
 
 
 def test_an_explore_killed_mid_program_leaves_no_process_and_no_world(home, started, tmp_path):

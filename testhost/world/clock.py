@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from testhost.errors import ClockUnavailable
+
+from .processes import started_at
+
+SHARED_MEMORY = Path("/dev/shm")
+# A process with the object's pid that started this long after the object was made did not make it: the pid was
+# reused (a process makes its pair when it loads libfaketime, after its start, so its own is never older).
+_PID_REUSED_AFTER_S = 1.0
+# libfaketime 0.9.10's objects of one process, named after its pid (ft_shm_create): its shared memory, its semaphore.
+_CLOCK_OBJECT = re.compile(r"(faketime_shm_|sem\.faketime_sem_)([0-9]+)")
 
 
 def utc(dt: datetime) -> datetime:
@@ -139,3 +149,32 @@ class NoClock:
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
+
+
+def remove_clock_leftovers(owners: set[int], shared: Path = SHARED_MEMORY) -> list[str]:
+    """Remove libfaketime's objects in /dev/shm whose process is gone (its pid ended, or names a later process), of
+    the given owners; the names removed.
+
+    The first process that preloads libfaketime makes a pair named after its pid and removes it when it exits (or a
+    child it forked does, on that child's exit). A process killed first leaves it (a killed skewed implementation,
+    its fork server, a server none of whose backends has exited yet), 8 KB of RAM until reboot. The memory goes
+    before the semaphore: a process that starts with the pid meanwhile and finds the semaphore runs without a pair
+    (a relative offset needs none), while one that made the semaphore and then found the memory would exit."""
+    try:
+        found = [(entry, _CLOCK_OBJECT.fullmatch(entry.name)) for entry in shared.iterdir()]
+    except OSError:
+        return []
+    objects = sorted(((entry, match) for entry, match in found if match),
+                     key=lambda named: named[1].group(1) != "faketime_shm_")
+    removed = []
+    for entry, match in objects:  # every memory, then every semaphore
+        try:
+            made = entry.stat()
+            started = started_at(int(match.group(2)))
+            if made.st_uid not in owners or (started is not None and started <= made.st_mtime + _PID_REUSED_AFTER_S):
+                continue  # another's, or its process's: alive, and not started well after the object was made
+            entry.unlink()
+        except OSError:  # gone meanwhile, or another's
+            continue
+        removed.append(entry.name)
+    return removed

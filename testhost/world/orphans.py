@@ -24,6 +24,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from .clock import remove_clock_leftovers
 from .processes import is_alive, pids_with_cwd_or_arg, signal_quietly, start_resource_tracker, wait_gone
 
 RUN_VARIABLE = "CRASHPROOF_RUN"
@@ -135,6 +136,17 @@ def remove_tree(directory: Path) -> None:
 
 
 def remove_world(directory: Path) -> None:
+    """Remove a world folder (`_remove_world_folder`), then what its killed processes left in /dev/shm: the clock
+    objects of gone processes of ours or of the folder's owner (the server user)."""
+    try:
+        owners = {os.geteuid(), directory.stat().st_uid}
+    except OSError:
+        owners = {os.geteuid()}
+    _remove_world_folder(directory)
+    remove_clock_leftovers(owners)
+
+
+def _remove_world_folder(directory: Path) -> None:
     """Remove a world folder, its owner record last: a removal cut short (a worker killed while it tears its
     world down) leaves a folder that still says whose it is, so a watcher or the next world removes the rest. A
     server process still writing in the folder (a backend of a cluster just killed) can refill a directory as it is
@@ -255,6 +267,8 @@ def _watch(run: str, worlds: Path) -> None:
         pass
     end_processes(lambda: processes_of_run(run))
     _remove_worlds_of_run(worlds, run)
+    # A skewed implementation's fork server outlives its world and is ended above: its clock objects go here.
+    remove_clock_leftovers({os.geteuid()})
 
 
 if __name__ == "__main__":
