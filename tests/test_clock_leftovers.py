@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from testhost.world import orphans
 from testhost.world.clock import SHARED_MEMORY, remove_clock_leftovers
 from testhost.world.components import find_libfaketime
@@ -57,6 +59,8 @@ def _preloaded_sleep() -> subprocess.Popen:
     return process
 
 
+# Alone: a world removed by a test beside it would take the killed pair before the test sees it left.
+@pytest.mark.alone
 def test_a_killed_preloaded_process_leaves_its_pair_which_the_world_s_removal_takes(tmp_path):
     live, killed = _preloaded_sleep(), _preloaded_sleep()
     try:
