@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .clock import remove_clock_leftovers
-from .processes import is_alive, pids_with_cwd_or_arg, signal_quietly, start_resource_tracker, wait_gone
+from .processes import (is_alive, pids_with_cwd_or_arg, signal_quietly, start_resource_tracker, start_ticks,
+                        wait_gone)
 
 RUN_VARIABLE = "CRASHPROOF_RUN"
 OWNER_FILE = "owner.json"
@@ -36,26 +37,17 @@ UNLINK_THREADS = 16
 _ENVIRON_KEY = RUN_VARIABLE.encode() + b"="
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return int(stat.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def process_id(pid: int | None = None) -> str:
     """`PID-STARTTICKS`: a process's name that a later process given the same pid does not share."""
     pid = os.getpid() if pid is None else pid
-    return f"{pid}-{_start_ticks(pid)}"
+    return f"{pid}-{start_ticks(pid)}"
 
 
 def id_alive(ident: str) -> bool:
     """True while the process named by `process_id` still runs."""
     try:
         pid, ticks = ident.split("-", 1)
-        return is_alive(int(pid)) and str(_start_ticks(int(pid))) == ticks
+        return is_alive(int(pid)) and str(start_ticks(int(pid))) == ticks
     except ValueError:
         return False
 

@@ -64,17 +64,26 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 _CHILDREN_LISTED = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+_START_TICKS = 19  # field 22 of /proc/PID/stat, counted from the state (field 3) as _stat_fields returns them
 _CHILDREN_READS = 5  # reads of the threads' lists before the scan, while threads keep ending
 
 
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None when it is gone."""
+    try:
+        fields = _stat_fields(pid)
+        return int(fields[_START_TICKS]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
 def started_at(pid: int) -> float | None:
-    """When pid's process started, in seconds since the epoch to a clock tick (field 22 of /proc/PID/stat, ticks
-    since boot); None when it is gone or a zombie."""
+    """When pid's process started, in seconds since the epoch to a clock tick; None when it is gone or a zombie."""
     fields = _stat_fields(pid)
     if fields is None or fields[0] in ("Z", "X"):
         return None
     booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-    return booted + int(fields[19]) / _TICKS_PER_SECOND
+    return booted + int(fields[_START_TICKS]) / _TICKS_PER_SECOND
 
 
 def is_alive(pid: int) -> bool:
